@@ -1,0 +1,1 @@
+//! Byte-exact encoders and decoders of HAMi's annotation values.

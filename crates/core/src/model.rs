@@ -1,0 +1,161 @@
+//! The device model shared by every codec and by the placement engine.
+//!
+//! Units: memory is MiB, cores are percent of one device (100 = the whole card).
+
+use serde::{Deserialize, Serialize};
+
+/// One physical device as a device plugin registers it on its node
+/// (an element of `hami.io/node-nvidia-register`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DeviceInfo {
+    /// Device UUID (`GPU-…`); the key every allocation refers to.
+    pub id: String,
+    /// Index of the device on its node (NVML index for NVIDIA).
+    pub index: u32,
+    /// Number of containers that may share the device (split slots).
+    pub count: u32,
+    /// Device memory in MiB (already scaled by the plugin's memory scaling).
+    pub devmem: u32,
+    /// Compute capacity in percent (100 for one whole card, scaled by core scaling).
+    pub devcore: u32,
+    /// Device model as registered, e.g. `NVIDIA-Tesla V100-SXM2-32GB`.
+    #[serde(rename = "type")]
+    pub dev_type: String,
+    /// NUMA node the device is attached to.
+    pub numa: i32,
+    /// Operating mode: `hami-core`, `mig` or `mps`; empty means `hami-core`.
+    pub mode: String,
+    /// Whether the device is healthy. A missing value on the wire means unhealthy.
+    pub health: bool,
+    /// MIG profiles the device offers (only in `mig` mode).
+    #[serde(rename = "migProfiles", default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_profiles: Vec<MigProfile>,
+}
+
+/// A MIG profile a device can be partitioned into.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MigProfile {
+    pub name: String,
+    #[serde(rename = "memoryMB")]
+    pub memory_mb: u32,
+    pub core: u32,
+    #[serde(rename = "sliceCount")]
+    pub slice_count: u32,
+    pub placements: Vec<MigPlacement>,
+}
+
+/// A contiguous run of MIG slices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MigPlacement {
+    pub start: u32,
+    pub size: u32,
+}
+
+/// One device given to one container: an element of a pod device string
+/// (`UUID,TYPE,USEDMEM,USEDCORES`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, Hash)]
+pub struct ContainerDevice {
+    /// Position of the device on its node. Not on the wire (decodes as 0).
+    #[serde(skip)]
+    pub idx: u32,
+    pub uuid: String,
+    /// Vendor key (`NVIDIA`), not the card model.
+    #[serde(rename = "type")]
+    pub dev_type: String,
+    /// MiB taken on the device.
+    pub usedmem: u32,
+    /// Percent of the device's compute taken.
+    pub usedcores: u32,
+}
+
+/// The devices of one container (possibly empty).
+pub type ContainerDevices = Vec<ContainerDevice>;
+
+/// The devices of every container of a pod for one vendor: init containers first, then
+/// app containers, empty containers kept so indexes line up with the pod spec.
+pub type PodSingleDevice = Vec<ContainerDevices>;
+
+/// What one container asks of one vendor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerDeviceRequest {
+    /// Number of distinct devices.
+    pub nums: u32,
+    /// Vendor key (`NVIDIA`).
+    #[serde(rename = "type")]
+    pub dev_type: String,
+    /// MiB per device; 0 when memory is given as a percentage.
+    pub memreq: u32,
+    /// Percent of each device's memory; [`MEM_PERCENTAGE_UNSET`] when not given.
+    pub mem_percentage_req: u32,
+    /// Percent of each device's compute.
+    pub coresreq: u32,
+}
+
+/// The "not given" sentinel HAMi uses for the memory percentage.
+pub const MEM_PERCENTAGE_UNSET: u32 = 101;
+
+impl ContainerDeviceRequest {
+    /// Memory this request takes on a device of `totalmem` MiB.
+    pub fn memory_on(&self, totalmem: u32) -> u32 {
+        if self.memreq > 0 {
+            self.memreq
+        } else if self.mem_percentage_req != MEM_PERCENTAGE_UNSET && self.mem_percentage_req != 0 {
+            // Integer arithmetic in u64 as HAMi does, without the i32 overflow.
+            (u64::from(totalmem) * u64::from(self.mem_percentage_req) / 100) as u32
+        } else {
+            0
+        }
+    }
+
+    /// Cores this request takes on one device, clamped to one whole card as the fit does.
+    pub fn cores_clamped(&self) -> u32 {
+        self.coresreq.min(100)
+    }
+}
+
+/// Live usage of one device on a node: its inventory plus what running and reserved
+/// pods take.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeviceUsage {
+    pub id: String,
+    pub index: u32,
+    /// Containers on the device (slots taken).
+    pub used: u32,
+    pub count: u32,
+    pub usedmem: u64,
+    pub totalmem: u32,
+    pub usedcores: u64,
+    pub totalcore: u32,
+    pub numa: i32,
+    pub dev_type: String,
+    pub mode: String,
+    pub health: bool,
+}
+
+impl DeviceUsage {
+    /// A device with nothing on it.
+    pub fn idle(info: &DeviceInfo) -> Self {
+        DeviceUsage {
+            id: info.id.clone(),
+            index: info.index,
+            used: 0,
+            count: info.count,
+            usedmem: 0,
+            totalmem: info.devmem,
+            usedcores: 0,
+            totalcore: info.devcore,
+            numa: info.numa,
+            dev_type: info.dev_type.clone(),
+            mode: info.mode.clone(),
+            health: info.health,
+        }
+    }
+
+    pub fn free_mem(&self) -> u64 {
+        u64::from(self.totalmem).saturating_sub(self.usedmem)
+    }
+
+    pub fn free_cores(&self) -> u64 {
+        u64::from(self.totalcore).saturating_sub(self.usedcores)
+    }
+}
