@@ -1,7 +1,21 @@
 //! hami-core: the pure domain of hami-rs.
 //!
-//! No I/O, no async, no Kubernetes client: services feed it objects and get back decisions.
+//! No I/O, no async, no Kubernetes client: services feed it objects and get back
+//! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
+//! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
+//! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`] and
+//! [`ledger`] (usage), [`engine`] (one pod over many nodes).
 
+pub mod accounting;
 pub mod annotations;
 pub mod codec;
+pub mod config;
+pub mod engine;
+pub mod fit;
+pub mod ledger;
 pub mod model;
+pub mod policy;
+pub mod reason;
+pub mod request;
+pub mod score;
+pub mod vendor;

@@ -1,0 +1,83 @@
+//! `hamictl`: decode HAMi annotations, explain placements, simulate traces.
+
+mod decode;
+mod explain;
+mod snapshot;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// Inspect and explain hami-rs / HAMi GPU-sharing decisions.
+#[derive(Debug, Parser)]
+#[command(name = "hamictl", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Decode an annotation value into JSON (exit 1 with the error on bad input).
+    #[command(subcommand)]
+    Decode(DecodeCommand),
+    /// Explain where the scheduler would place a pod, and why every other node fails.
+    Explain(ExplainArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DecodeCommand {
+    /// A node register value (`hami.io/node-nvidia-register`): JSON or the legacy
+    /// `id,count,mem,core,type,numa,health[,index,mode]:` form.
+    NodeRegister {
+        /// The annotation value.
+        value: String,
+    },
+    /// A pod device string (`hami.io/vgpu-devices-allocated`): one array per container.
+    PodDevices {
+        /// The annotation value.
+        value: String,
+    },
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum OutputFormat {
+    Json,
+    #[default]
+    Text,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// Cluster snapshot: what `kubectl get nodes,pods -A -o json` prints (a v1 List,
+    /// JSON or YAML). Nodes carry register annotations; pods with
+    /// `hami.io/vgpu-node` + `hami.io/vgpu-devices-allocated` count as usage.
+    #[arg(long)]
+    pub snapshot: PathBuf,
+    /// The pod to place (a Pod manifest, JSON or YAML).
+    #[arg(long)]
+    pub pod: PathBuf,
+    /// Default node policy (a pod's `hami.io/node-scheduler-policy` overrides it).
+    #[arg(long, default_value = "binpack")]
+    pub node_policy: hami_core::policy::NodePolicy,
+    /// Default GPU policy: binpack, spread, mutex, numa, topology-aware or a comma
+    /// chain (a pod's `hami.io/gpu-scheduler-policy` overrides it).
+    #[arg(long, default_value = "spread")]
+    pub gpu_policy: hami_core::policy::GpuPolicy,
+    /// HAMi `device-config.yaml` (resource names, defaults, memory factor).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// Runs a command and returns what to print on stdout.
+pub fn run(cli: &Cli) -> anyhow::Result<String> {
+    match &cli.command {
+        Command::Decode(DecodeCommand::NodeRegister { value }) => decode::node_register(value),
+        Command::Decode(DecodeCommand::PodDevices { value }) => decode::pod_devices(value),
+        Command::Explain(args) => explain::run(args),
+    }
+}

@@ -1,0 +1,182 @@
+//! `hamictl` end to end: the real binary on hand-written inputs.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn hamictl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hamictl"))
+        .args(args)
+        .output()
+        .expect("hamictl runs")
+}
+
+fn example(name: &str) -> String {
+    let p: PathBuf = [env!("CARGO_MANIFEST_DIR"), "..", "..", "examples", name]
+        .iter()
+        .collect();
+    p.to_string_lossy().into_owned()
+}
+
+fn json_of(out: &Output) -> Value {
+    assert!(
+        out.status.success(),
+        "hamictl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+#[test]
+fn decode_node_register_json_and_legacy() {
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        r#"[{"id":"GPU-0","count":5,"devmem":8192,"devcore":100,"type":"NVIDIA-Tesla P4","numa":0,"health":true,"index":0}]"#,
+    ]));
+    assert_eq!(v[0]["id"], "GPU-0");
+    assert_eq!(v[0]["count"], 5);
+    assert_eq!(v[0]["devmem"], 8192);
+    assert_eq!(v[0]["health"], true);
+    let keys: Vec<&str> = v[0].as_object().unwrap().keys().map(String::as_str).collect();
+    let mut expected = vec!["id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health"];
+    expected.sort();
+    let mut keys_sorted = keys.clone();
+    keys_sorted.sort();
+    assert_eq!(keys_sorted, expected);
+
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        "GPU-ebe7,10,7680,100,NVIDIA-Tesla P4,0,true,0,hami-core:",
+    ]));
+    assert_eq!(v[0]["id"], "GPU-ebe7");
+    assert_eq!(v[0]["mode"], "hami-core");
+}
+
+#[test]
+fn decode_rejects_garbage_with_exit_1() {
+    let out = hamictl(&["decode", "node-register", "no separator here"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("node annotation missing device separator"), "{err}");
+
+    let out = hamictl(&["decode", "pod-devices", "GPU-1,NVIDIA,abc,3:;"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn decode_pod_devices_keeps_containers() {
+    let v = json_of(&hamictl(&[
+        "decode",
+        "pod-devices",
+        "GPU-a,NVIDIA,500,3:;;GPU-b,NVIDIA,1000,0:GPU-c,NVIDIA,1000,0:;",
+    ]));
+    let containers = v.as_array().unwrap();
+    assert_eq!(containers.len(), 4, "{v}");
+    assert_eq!(containers[0][0]["uuid"], "GPU-a");
+    assert_eq!(containers[0][0]["usedmem"], 500);
+    assert_eq!(containers[0][0]["usedcores"], 3);
+    assert_eq!(containers[0][0]["type"], "NVIDIA");
+    assert!(containers[1].as_array().unwrap().is_empty());
+    assert_eq!(containers[2].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn explain_example_snapshot_as_json() {
+    let v = json_of(&hamictl(&[
+        "explain",
+        "--snapshot",
+        &example("snapshot.json"),
+        "--pod",
+        &example("pod.yaml"),
+        "-o",
+        "json",
+    ]));
+    // Binpack on nodes: the A100 node is the fullest that fits (train-0 holds 20000 MiB).
+    assert_eq!(v["node"], "gpu-a100-1", "{v}");
+    // GPU binpack: the used A100 (GPU 0) is the fullest card with room.
+    assert_eq!(v["containers"][0][0]["uuid"], "GPU-a100-1-0");
+    assert_eq!(v["containers"][0][0]["usedmem"], 8000);
+    assert_eq!(v["containers"][0][0]["usedcores"], 30);
+    assert_eq!(
+        v["annotations"]["hami.io/vgpu-devices-allocated"],
+        "GPU-a100-1-0,NVIDIA,8000,30:;"
+    );
+    assert_eq!(v["annotations"]["hami.io/vgpu-node"], "gpu-a100-1");
+    assert!(v["annotations"]["hami.io/vgpu-time"].as_str().unwrap().parse::<i64>().is_ok());
+    assert_eq!(v["failed_nodes"]["cpu-1"], "node unregistered");
+    // T4: GPU 0 has 3360 MiB left, GPU 1 is cordoned.
+    assert_eq!(v["failed_nodes"]["gpu-t4-1"], "1/2 CardCordoned, 1/2 CardInsufficientMemory");
+    // V100: GPU 0 has 2768 MiB left (memory is checked before cores), GPU 1 is unhealthy.
+    assert_eq!(v["failed_nodes"]["gpu-v100-1"], "1/2 CardInsufficientMemory, 1/2 CardNotHealth");
+    // Both A100 nodes fit; binpack took the fuller one.
+    let s1 = v["scores"]["gpu-a100-1"].as_f64().unwrap();
+    let s2 = v["scores"]["gpu-a100-2"].as_f64().unwrap();
+    assert!(s1 > s2, "{s1} <= {s2}");
+}
+
+#[test]
+fn explain_text_names_the_reasons() {
+    let out = hamictl(&[
+        "explain",
+        "--snapshot",
+        &example("snapshot.json"),
+        "--pod",
+        &example("pod.yaml"),
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("<- chosen"), "{text}");
+    assert!(text.contains("CardCordoned"), "{text}");
+    assert!(text.contains("placed on gpu-a100-1"), "{text}");
+}
+
+#[test]
+fn explain_reports_bad_files_clearly() {
+    let dir = std::env::temp_dir().join(format!("hamictl-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let garbage = dir.join("garbage.json");
+    std::fs::write(&garbage, "{{{ not json: [").unwrap();
+    let out = hamictl(&[
+        "explain",
+        "--snapshot",
+        garbage.to_str().unwrap(),
+        "--pod",
+        &example("pod.yaml"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("neither JSON"));
+
+    let out = hamictl(&["explain", "--snapshot", "/nonexistent.json", "--pod", &example("pod.yaml")]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+
+    let bad_pod = dir.join("pod.yaml");
+    std::fs::write(
+        &bad_pod,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n        nvidia.com/gpu: \"1\"\n        nvidia.com/gpumem: 16Gi\n",
+    )
+    .unwrap();
+    let out = hamictl(&["explain", "--snapshot", &example("snapshot.json"), "--pod", bad_pod.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("16Gi") && err.contains("plain non-negative integer"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn explain_rejects_unknown_policy_flags() {
+    let out = hamictl(&[
+        "explain",
+        "--snapshot",
+        &example("snapshot.json"),
+        "--pod",
+        &example("pod.yaml"),
+        "--gpu-policy",
+        "binpak",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("binpak"));
+}

@@ -1,0 +1,335 @@
+//! The placement engine: fit a pod on candidate nodes, score, pick one node and its
+//! devices, and produce the annotations the scheduler writes (reference §4.5).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::annotations as keys;
+use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
+use crate::codec::{CodecError, encode_pod_single_device};
+use crate::fit::{
+    DeviceSet, FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
+    fit_container_into,
+};
+use crate::ledger::{Ledger, NodeState};
+use crate::model::PodSingleDevice;
+use crate::policy::{GpuPolicy, NodePolicy};
+use crate::reason::NODE_UNREGISTERED;
+use crate::request::{ContainerKind, PodRequests, RequestError};
+use crate::score::{Usage, node_score};
+use crate::vendor::{ConstraintError, DeviceConstraints, VendorRegistry};
+
+/// Cluster-wide defaults (scheduler flags).
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerDefaults {
+    pub node_policy: NodePolicy,
+    pub gpu_policy: GpuPolicy,
+}
+
+/// Why a pod cannot be planned at all (before any node is looked at).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error(transparent)]
+    Constraint(#[from] ConstraintError),
+    #[error("pod annotation {key} is invalid: {error}")]
+    Weights { key: &'static str, error: CodecError },
+}
+
+/// Everything about a pod the engine needs, read once per scheduling attempt.
+#[derive(Debug, Clone)]
+pub struct PodPlan {
+    pub requests: PodRequests,
+    pub kinds: Vec<ContainerKind>,
+    pub node_policy: NodePolicy,
+    pub gpu_policy: GpuPolicy,
+    pub weights: ScoringWeights,
+    /// Per vendor key.
+    pub constraints: BTreeMap<String, DeviceConstraints>,
+    /// Per vendor key; absent = unlimited.
+    pub quota: BTreeMap<String, QuotaBudget>,
+    /// Vendor keys the pod asks for, sorted.
+    pub vendor_keys: Vec<String>,
+}
+
+impl PodPlan {
+    pub fn new(
+        pod: &Pod,
+        registry: &VendorRegistry,
+        defaults: &SchedulerDefaults,
+    ) -> Result<Self, PlanError> {
+        let requests = PodRequests::from_pod(pod, registry)?;
+        let empty = BTreeMap::new();
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
+        let node_policy = annotations
+            .get(keys::NODE_SCHEDULER_POLICY)
+            .map_or(defaults.node_policy, |v| NodePolicy::from_annotation(v));
+        let gpu_policy = annotations
+            .get(keys::GPU_SCHEDULER_POLICY)
+            .filter(|v| !v.trim().is_empty())
+            .map_or_else(|| defaults.gpu_policy.clone(), |v| GpuPolicy::parse_lenient(v));
+        let weights = match annotations.get(keys::DEVICE_SCORING_WEIGHTS) {
+            None => ScoringWeights::default(),
+            Some(v) => decode_scoring_weights(v).map_err(|error| PlanError::Weights {
+                key: keys::DEVICE_SCORING_WEIGHTS,
+                error,
+            })?,
+        };
+        let mut constraints = BTreeMap::new();
+        for vendor in requests.vendors() {
+            if let Some(v) = registry.get(vendor) {
+                constraints.insert(vendor.to_string(), v.pod_constraints(annotations)?);
+            }
+        }
+        let kinds = requests.containers.iter().map(|c| c.kind).collect();
+        let vendor_keys = requests.vendors().into_iter().map(String::from).collect();
+        Ok(PodPlan {
+            vendor_keys,
+            requests,
+            kinds,
+            node_policy,
+            gpu_policy,
+            weights,
+            constraints,
+            quota: BTreeMap::new(),
+        })
+    }
+
+    /// True when the pod asks for no managed device: the scheduler passes it through.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+}
+
+/// A node the pod fits on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeFit {
+    /// Node score before the pod is added.
+    pub score: f32,
+    /// Per vendor key: devices of every container (init first; empty entries kept).
+    pub devices: BTreeMap<String, PodSingleDevice>,
+}
+
+/// One container's picks on one vendor's devices of a node.
+#[derive(Debug, Clone, Copy)]
+struct Placed {
+    container: usize,
+    pick: Pick,
+}
+
+/// Buffers reused while one pod is evaluated against many nodes.
+#[derive(Debug, Default)]
+struct Scratch {
+    fit: FitScratch,
+    /// Per vendor of the plan: working usage of the current node.
+    work: Vec<Vec<Usage>>,
+    init_work: Vec<Usage>,
+    container_picks: Vec<Pick>,
+    /// Per vendor of the plan: picks on the current node.
+    picks: Vec<Vec<Placed>>,
+    best: Vec<Vec<Placed>>,
+}
+
+/// Fits every container of the pod on one node, in order; later containers see the
+/// devices earlier ones took. Regular init containers are fitted on a copy, since they
+/// run before (not beside) the app containers.
+pub fn fit_node(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    node: &NodeState,
+) -> Result<NodeFit, FitFailure> {
+    let mut scratch = Scratch::default();
+    let score = fit_node_compact(plan, registry, node, &mut scratch)?;
+    Ok(materialize(plan, node, &scratch.picks, score))
+}
+
+/// The fit without building device strings; picks are left in `scratch.picks`.
+fn fit_node_compact(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    node: &NodeState,
+    scratch: &mut Scratch,
+) -> Result<f32, FitFailure> {
+    let vendors = &plan.vendor_keys;
+    scratch.work.resize_with(vendors.len(), Vec::new);
+    scratch.picks.resize_with(vendors.len(), Vec::new);
+    for (vi, key) in vendors.iter().enumerate() {
+        scratch.picks[vi].clear();
+        scratch.work[vi].clear();
+        if let Some((_, base)) = node.vendor(key) {
+            scratch.work[vi].extend_from_slice(base);
+        }
+    }
+    let default_constraints = DeviceConstraints::default();
+    let mut totals = vec![PodTotals::default(); vendors.len()];
+    for (ci, container) in plan.requests.containers.iter().enumerate() {
+        for (vendor_key, req) in &container.by_vendor {
+            let vi = vendors
+                .iter()
+                .position(|k| k == vendor_key)
+                .ok_or(FitFailure::InsufficientDevices)?;
+            let vendor = registry
+                .get(vendor_key)
+                .ok_or(FitFailure::InsufficientDevices)?;
+            let (infos, _) = node
+                .vendor(vendor_key)
+                .ok_or(FitFailure::InsufficientDevices)?;
+            let settings = FitSettings {
+                vendor: vendor.as_ref(),
+                constraints: plan
+                    .constraints
+                    .get(vendor_key)
+                    .unwrap_or(&default_constraints),
+                policy: &plan.gpu_policy,
+                weights: &plan.weights,
+                quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
+            };
+            let set = DeviceSet {
+                infos,
+                cordon: &node.inventory().cordon,
+                pair_scores: &node.inventory().pair_scores,
+            };
+            if container.kind == ContainerKind::Init {
+                scratch.init_work.clear();
+                scratch.init_work.extend_from_slice(&scratch.work[vi]);
+                let mut init_totals = totals[vi];
+                fit_container_into(
+                    set,
+                    &mut scratch.init_work,
+                    req,
+                    settings,
+                    &mut init_totals,
+                    &mut scratch.fit,
+                    &mut scratch.container_picks,
+                )?;
+            } else {
+                fit_container_into(
+                    set,
+                    &mut scratch.work[vi],
+                    req,
+                    settings,
+                    &mut totals[vi],
+                    &mut scratch.fit,
+                    &mut scratch.container_picks,
+                )?;
+            }
+            scratch.picks[vi].extend(
+                scratch
+                    .container_picks
+                    .iter()
+                    .map(|&pick| Placed { container: ci, pick }),
+            );
+        }
+    }
+    Ok(node_score(
+        node.groups()
+            .flat_map(|(vd, us)| vd.devices.iter().zip(us.iter())),
+    ))
+}
+
+/// Builds the wire form of compact picks.
+fn materialize(plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>], score: f32) -> NodeFit {
+    let n = plan.requests.containers.len();
+    let mut devices = BTreeMap::new();
+    for (key, placed) in plan.vendor_keys.iter().zip(picks) {
+        let Some((infos, _)) = node.vendor(key) else {
+            continue;
+        };
+        let mut per_container: PodSingleDevice = vec![Vec::new(); n];
+        for p in placed {
+            if let (Some(slot), Some(req)) = (
+                per_container.get_mut(p.container),
+                plan.requests.containers[p.container].by_vendor.get(key),
+            ) {
+                slot.push(container_device(infos, req, &p.pick));
+            }
+        }
+        devices.insert(key.clone(), per_container);
+    }
+    NodeFit { score, devices }
+}
+
+/// The outcome of placing one pod over a set of candidate nodes.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Placement {
+    /// The chosen node and its fit, if any node fits.
+    pub chosen: Option<(String, NodeFit)>,
+    /// Every candidate that does not fit, with HAMi's reason text.
+    pub failed: BTreeMap<String, String>,
+    /// Score of every candidate that fits.
+    pub scores: BTreeMap<String, f32>,
+}
+
+/// Places the pod on the best of `candidates` (node names) using the ledger's usage.
+/// Unknown candidates fail with `node unregistered`. Deterministic: equal scores go to
+/// the node whose name sorts first.
+pub fn place(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    ledger: &Ledger,
+    candidates: &[String],
+) -> Placement {
+    let mut out = Placement::default();
+    let mut scratch = Scratch::default();
+    let mut best: Option<(&NodeState, f32)> = None;
+    for name in candidates {
+        let Some(node) = ledger.node(name) else {
+            out.failed.insert(name.clone(), NODE_UNREGISTERED.to_string());
+            continue;
+        };
+        match fit_node_compact(plan, registry, node, &mut scratch) {
+            Err(f) => {
+                out.failed.insert(name.clone(), f.render());
+            }
+            Ok(score) => {
+                out.scores.insert(name.clone(), score);
+                let better = best.is_none_or(|(b, b_score)| {
+                    better_node(plan.node_policy, score, name, b_score, b.name())
+                });
+                if better {
+                    best = Some((node, score));
+                    std::mem::swap(&mut scratch.best, &mut scratch.picks);
+                }
+            }
+        }
+    }
+    out.chosen = best.map(|(node, score)| {
+        (
+            node.name().to_string(),
+            materialize(plan, node, &scratch.best, score),
+        )
+    });
+    out
+}
+
+/// Whether node `a` beats node `b` under the policy; ties go to the smaller name.
+fn better_node(policy: NodePolicy, a_score: f32, a: &str, b_score: f32, b: &str) -> bool {
+    let by_score = match policy {
+        NodePolicy::Binpack => a_score.total_cmp(&b_score),
+        NodePolicy::Spread => b_score.total_cmp(&a_score),
+    };
+    by_score.then_with(|| b.cmp(a)).is_gt()
+}
+
+/// The pod annotations the scheduler writes for a placement (reference §2.1):
+/// node, decision time, and per vendor the to-allocate and allocated device strings.
+pub fn allocation_annotations(
+    registry: &VendorRegistry,
+    node: &str,
+    fit: &NodeFit,
+    now_unix: i64,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    out.insert(keys::VGPU_NODE.to_string(), node.to_string());
+    out.insert(keys::VGPU_TIME.to_string(), now_unix.to_string());
+    for (vendor_key, devices) in &fit.devices {
+        if let Some(v) = registry.get(vendor_key) {
+            let value = encode_pod_single_device(devices);
+            out.insert(v.to_allocate_annotation().to_string(), value.clone());
+            out.insert(v.allocated_annotation().to_string(), value);
+        }
+    }
+    out
+}

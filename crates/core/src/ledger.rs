@@ -1,0 +1,445 @@
+//! The allocation ledger: one record per pod UID, and per-node device usage kept up to
+//! date incrementally from it (design invariant 1).
+//!
+//! Usage = inventory − Σ records. Applying or deleting a pod touches only the devices
+//! it holds, so the placement engine reads usage without rescanning pods.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::accounting::{DeviceCharge, collapse};
+use crate::annotations as keys;
+use crate::codec::topology::PairScores;
+use crate::codec::{
+    CodecError, decode_pod_single_device, decode_topology_scores, parse_device_cordon,
+};
+use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
+use crate::request::ContainerKind;
+use crate::score::Usage;
+use crate::vendor::VendorRegistry;
+
+/// The devices one vendor registered on a node.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VendorDevices {
+    pub vendor: String,
+    pub devices: Vec<DeviceInfo>,
+}
+
+/// A node's registered devices and the node-level settings that affect placement.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NodeInventory {
+    /// Sorted by vendor key.
+    pub vendors: Vec<VendorDevices>,
+    /// `hami.io/device-cordon`.
+    pub cordon: BTreeSet<String>,
+    /// `hami.io/node-nvidia-score`.
+    pub pair_scores: PairScores,
+}
+
+/// A node annotation that could not be used, for the caller to log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InventoryIssue {
+    pub annotation: String,
+    pub error: String,
+}
+
+impl NodeInventory {
+    /// Reads a node's annotations. A vendor whose register annotation does not decode
+    /// contributes no devices (and an issue), so a corrupt value never half-registers.
+    pub fn from_annotations(
+        annotations: &BTreeMap<String, String>,
+        registry: &VendorRegistry,
+    ) -> (Self, Vec<InventoryIssue>) {
+        let mut issues = Vec::new();
+        let mut vendors = Vec::new();
+        for v in registry.vendors() {
+            match v.decode_inventory(annotations) {
+                None => {}
+                Some(Ok(devices)) => {
+                    let devices = dedup_devices(devices, v.register_annotation(), &mut issues);
+                    if !devices.is_empty() {
+                        vendors.push(VendorDevices {
+                            vendor: v.common_word().to_string(),
+                            devices,
+                        });
+                    }
+                }
+                Some(Err(e)) => issues.push(InventoryIssue {
+                    annotation: v.register_annotation().to_string(),
+                    error: e.to_string(),
+                }),
+            }
+        }
+        let cordon = annotations
+            .get(keys::DEVICE_CORDON)
+            .map(|v| parse_device_cordon(v))
+            .unwrap_or_default();
+        let pair_scores = match annotations.get(keys::NVIDIA_NODE_SCORE) {
+            None => PairScores::default(),
+            Some(v) => match decode_topology_scores(v) {
+                Ok(s) => PairScores::new(&s),
+                Err(e) => {
+                    issues.push(InventoryIssue {
+                        annotation: keys::NVIDIA_NODE_SCORE.to_string(),
+                        error: e.to_string(),
+                    });
+                    PairScores::default()
+                }
+            },
+        };
+        (
+            NodeInventory {
+                vendors,
+                cordon,
+                pair_scores,
+            },
+            issues,
+        )
+    }
+}
+
+/// Two registrations of one UUID would let two pods book "different" devices that are
+/// the same card: keep the first, report the rest.
+fn dedup_devices(
+    devices: Vec<DeviceInfo>,
+    annotation: &str,
+    issues: &mut Vec<InventoryIssue>,
+) -> Vec<DeviceInfo> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(devices.len());
+    for d in devices {
+        if seen.insert(d.id.clone()) {
+            out.push(d);
+        } else {
+            issues.push(InventoryIssue {
+                annotation: annotation.to_string(),
+                error: format!("device {} registered twice; the duplicate is ignored", d.id),
+            });
+        }
+    }
+    out
+}
+
+/// What one pod holds, on which node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodRecord {
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub node: String,
+    pub charges: Vec<DeviceCharge>,
+}
+
+/// Why a pod's allocation annotations could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PodRecordError {
+    #[error("pod {namespace}/{name} has no metadata.uid")]
+    MissingUid { namespace: String, name: String },
+    #[error("pod {namespace}/{name}: annotation {annotation} is invalid: {error}")]
+    BadAnnotation {
+        namespace: String,
+        name: String,
+        annotation: String,
+        error: CodecError,
+    },
+}
+
+impl PodRecord {
+    /// The pod's holding from its annotations, or `None` if it holds nothing: not
+    /// placed by us, or terminated (Succeeded/Failed). Terminating pods still hold.
+    pub fn from_pod(pod: &Pod, registry: &VendorRegistry) -> Result<Option<Self>, PodRecordError> {
+        let meta = &pod.metadata;
+        let namespace = meta.namespace.clone().unwrap_or_default();
+        let name = meta.name.clone().unwrap_or_default();
+        let Some(annotations) = &meta.annotations else {
+            return Ok(None);
+        };
+        let Some(node) = annotations.get(keys::VGPU_NODE).filter(|n| !n.is_empty()) else {
+            return Ok(None);
+        };
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if matches!(phase, Some("Succeeded" | "Failed")) {
+            return Ok(None);
+        }
+        let Some(uid) = meta.uid.clone().filter(|u| !u.is_empty()) else {
+            return Err(PodRecordError::MissingUid { namespace, name });
+        };
+        let kinds = container_kinds(pod);
+        let mut charges = Vec::new();
+        for v in registry.vendors() {
+            let Some(value) = annotations.get(v.allocated_annotation()) else {
+                continue;
+            };
+            let devices =
+                decode_pod_single_device(value).map_err(|error| PodRecordError::BadAnnotation {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    annotation: v.allocated_annotation().to_string(),
+                    error,
+                })?;
+            charges.extend(collapse(&devices, &kinds));
+        }
+        Ok(Some(PodRecord {
+            uid,
+            namespace,
+            name,
+            node: node.clone(),
+            charges,
+        }))
+    }
+
+    /// The holding of a placement decision (a reservation, before the pod is bound).
+    pub fn from_devices(
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        node: &str,
+        devices: &BTreeMap<String, PodSingleDevice>,
+        kinds: &[ContainerKind],
+    ) -> Self {
+        PodRecord {
+            uid: uid.to_string(),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            node: node.to_string(),
+            charges: devices.values().flat_map(|d| collapse(d, kinds)).collect(),
+        }
+    }
+}
+
+/// Container kinds of a pod in annotation order (init containers first).
+pub fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
+    let init = spec.init_containers.iter().flatten().map(|c| {
+        if c.restart_policy.as_deref() == Some("Always") {
+            ContainerKind::Sidecar
+        } else {
+            ContainerKind::Init
+        }
+    });
+    init.chain(spec.containers.iter().map(|_| ContainerKind::App))
+        .collect()
+}
+
+/// One node as the placement engine reads it.
+#[derive(Debug, Clone)]
+pub struct NodeState {
+    name: String,
+    inventory: NodeInventory,
+    /// Per vendor group, per device.
+    usage: Vec<Vec<Usage>>,
+    by_uuid: HashMap<String, (usize, usize)>,
+}
+
+impl NodeState {
+    fn new(name: &str, inventory: NodeInventory) -> Self {
+        let mut by_uuid = HashMap::new();
+        for (g, vd) in inventory.vendors.iter().enumerate() {
+            for (i, d) in vd.devices.iter().enumerate() {
+                by_uuid.entry(d.id.clone()).or_insert((g, i));
+            }
+        }
+        let usage = inventory
+            .vendors
+            .iter()
+            .map(|vd| vec![Usage::default(); vd.devices.len()])
+            .collect();
+        NodeState {
+            name: name.to_string(),
+            inventory,
+            usage,
+            by_uuid,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn inventory(&self) -> &NodeInventory {
+        &self.inventory
+    }
+
+    /// The vendor's devices and their usage, if the node has any.
+    pub fn vendor(&self, vendor: &str) -> Option<(&[DeviceInfo], &[Usage])> {
+        self.inventory
+            .vendors
+            .iter()
+            .position(|v| v.vendor == vendor)
+            .map(|g| (self.inventory.vendors[g].devices.as_slice(), self.usage[g].as_slice()))
+    }
+
+    /// Every device with its usage, for scores, metrics and display.
+    pub fn groups(&self) -> impl Iterator<Item = (&VendorDevices, &[Usage])> {
+        self.inventory
+            .vendors
+            .iter()
+            .zip(self.usage.iter().map(Vec::as_slice))
+    }
+
+    /// HAMi's `DeviceUsage` view of every device.
+    pub fn device_usage(&self) -> Vec<DeviceUsage> {
+        self.groups()
+            .flat_map(|(vd, us)| {
+                vd.devices.iter().zip(us).map(|(d, u)| DeviceUsage {
+                    used: u.used,
+                    usedmem: u.usedmem,
+                    usedcores: u.usedcores,
+                    ..DeviceUsage::idle(d)
+                })
+            })
+            .collect()
+    }
+
+    /// Adds (or with `sign = false` removes) charges; returns UUIDs not on this node.
+    fn charge(&mut self, charges: &[DeviceCharge], add: bool) -> Vec<String> {
+        let mut unknown = Vec::new();
+        for c in charges {
+            match self.by_uuid.get(&c.uuid) {
+                Some(&(g, i)) => {
+                    let u = &mut self.usage[g][i];
+                    if add {
+                        u.add(c.slots, c.mem, c.cores);
+                    } else {
+                        u.sub(c.slots, c.mem, c.cores);
+                    }
+                }
+                None => unknown.push(c.uuid.clone()),
+            }
+        }
+        unknown
+    }
+}
+
+/// What applying a pod record found worth logging.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ApplyReport {
+    /// Devices the pod holds that its node does not (or not yet) register.
+    pub unknown_devices: Vec<String>,
+    /// The node the pod points at is not (yet) known.
+    pub unknown_node: bool,
+}
+
+/// Pod records and the node usage derived from them.
+#[derive(Debug, Clone, Default)]
+pub struct Ledger {
+    nodes: BTreeMap<String, NodeState>,
+    pods: HashMap<String, PodRecord>,
+    pods_by_node: HashMap<String, BTreeSet<String>>,
+}
+
+impl Ledger {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers or replaces a node's inventory; its usage is rebuilt from the pods
+    /// recorded on it (only this node's pods are visited).
+    pub fn set_node(&mut self, name: &str, inventory: NodeInventory) {
+        if self
+            .nodes
+            .get(name)
+            .is_some_and(|n| n.inventory == inventory)
+        {
+            return;
+        }
+        let mut state = NodeState::new(name, inventory);
+        if let Some(uids) = self.pods_by_node.get(name) {
+            for uid in uids {
+                if let Some(rec) = self.pods.get(uid) {
+                    state.charge(&rec.charges, true);
+                }
+            }
+        }
+        self.nodes.insert(name.to_string(), state);
+    }
+
+    /// Forgets a node. Its pods stay recorded and count again if it comes back.
+    pub fn remove_node(&mut self, name: &str) -> bool {
+        self.nodes.remove(name).is_some()
+    }
+
+    /// Records a pod's holding, replacing any earlier record for the same UID.
+    /// Applying the same record twice changes nothing.
+    pub fn apply_pod(&mut self, record: PodRecord) -> ApplyReport {
+        if self.pods.get(&record.uid) == Some(&record) {
+            return ApplyReport::default();
+        }
+        self.remove_pod(&record.uid);
+        let mut report = ApplyReport::default();
+        match self.nodes.get_mut(&record.node) {
+            Some(node) => report.unknown_devices = node.charge(&record.charges, true),
+            None => report.unknown_node = true,
+        }
+        self.pods_by_node
+            .entry(record.node.clone())
+            .or_default()
+            .insert(record.uid.clone());
+        self.pods.insert(record.uid.clone(), record);
+        report
+    }
+
+    /// Releases a pod's holding. Deleting an unknown UID is a no-op.
+    pub fn remove_pod(&mut self, uid: &str) -> Option<PodRecord> {
+        let rec = self.pods.remove(uid)?;
+        if let Some(node) = self.nodes.get_mut(&rec.node) {
+            node.charge(&rec.charges, false);
+        }
+        if let Some(set) = self.pods_by_node.get_mut(&rec.node) {
+            set.remove(uid);
+            if set.is_empty() {
+                self.pods_by_node.remove(&rec.node);
+            }
+        }
+        Some(rec)
+    }
+
+    /// Drops everything (before a full relist).
+    pub fn clear(&mut self) {
+        *self = Ledger::default();
+    }
+
+    pub fn node(&self, name: &str) -> Option<&NodeState> {
+        self.nodes.get(name)
+    }
+
+    /// Nodes in name order.
+    pub fn nodes(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
+    }
+
+    pub fn pod(&self, uid: &str) -> Option<&PodRecord> {
+        self.pods.get(uid)
+    }
+
+    pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
+        self.pods.values()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Recomputes a node's usage from scratch; for tests that check the incremental
+    /// bookkeeping against the definition.
+    pub fn recomputed_usage(&self, name: &str) -> Option<Vec<Vec<Usage>>> {
+        let node = self.nodes.get(name)?;
+        let mut fresh = NodeState::new(name, node.inventory.clone());
+        for rec in self.pods.values().filter(|r| r.node == name) {
+            fresh.charge(&rec.charges, true);
+        }
+        Some(fresh.usage)
+    }
+
+    /// The current usage of a node, per vendor group.
+    pub fn usage(&self, name: &str) -> Option<&[Vec<Usage>]> {
+        self.nodes.get(name).map(|n| n.usage.as_slice())
+    }
+}

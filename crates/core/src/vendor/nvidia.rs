@@ -1,0 +1,198 @@
+//! NVIDIA: resource names and request defaults from `device-config.yaml`, inventory in
+//! `hami.io/node-nvidia-register`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Container;
+
+use super::{ConstraintError, DeviceConstraints, Vendor, contains_ignore_ascii_case};
+use crate::annotations as keys;
+use crate::codec::selectors::{DeviceSelector, SelectorKeys};
+use crate::codec::{CodecError, decode_node_register, parse_go_bool};
+use crate::config::NvidiaConfig;
+use crate::model::{ContainerDeviceRequest, DeviceInfo, MEM_PERCENTAGE_UNSET};
+use crate::request::{RequestError, integer_resource};
+
+/// The vendor key NVIDIA devices carry in pod device strings.
+pub const NVIDIA: &str = "NVIDIA";
+
+/// Mode a device without an explicit mode runs in.
+const DEFAULT_MODE: &str = "hami-core";
+
+#[derive(Debug, Clone)]
+pub struct Nvidia {
+    cfg: NvidiaConfig,
+}
+
+impl Nvidia {
+    pub fn new(cfg: NvidiaConfig) -> Self {
+        Nvidia { cfg }
+    }
+
+    pub fn config(&self) -> &NvidiaConfig {
+        &self.cfg
+    }
+
+}
+
+impl Vendor for Nvidia {
+    fn common_word(&self) -> &str {
+        NVIDIA
+    }
+
+    fn resource_names(&self) -> Vec<String> {
+        vec![
+            self.cfg.resource_count_name.clone(),
+            self.cfg.resource_memory_name.clone(),
+            self.cfg.resource_memory_percentage_name.clone(),
+            self.cfg.resource_core_name.clone(),
+        ]
+    }
+
+    fn register_annotation(&self) -> &str {
+        keys::NVIDIA_NODE_REGISTER
+    }
+
+    fn to_allocate_annotation(&self) -> &str {
+        keys::NVIDIA_DEVICES_TO_ALLOCATE
+    }
+
+    fn allocated_annotation(&self) -> &str {
+        keys::NVIDIA_DEVICES_ALLOCATED
+    }
+
+    fn handshake_annotation(&self) -> Option<&str> {
+        Some(keys::NVIDIA_NODE_HANDSHAKE)
+    }
+
+    fn container_request(
+        &self,
+        c: &Container,
+    ) -> Result<Option<ContainerDeviceRequest>, RequestError> {
+        let cfg = &self.cfg;
+        let nums = match integer_resource(c, &cfg.resource_count_name)? {
+            Some(n) if n > 0 => n,
+            _ => return Ok(None),
+        };
+        let nums = bounded(c, &cfg.resource_count_name, nums, i64::from(i32::MAX))?;
+
+        let factor = i64::from(cfg.memory_factor.max(1));
+        let memreq = match integer_resource(c, &cfg.resource_memory_name)? {
+            None => 0,
+            Some(m) => {
+                let m = bounded(c, &cfg.resource_memory_name, m, i64::from(i32::MAX) / factor)?;
+                m * cfg.memory_factor.max(1)
+            }
+        };
+
+        let mut mem_percentage_req = match integer_resource(c, &cfg.resource_memory_percentage_name)? {
+            None => MEM_PERCENTAGE_UNSET,
+            Some(p) if p <= 0 => MEM_PERCENTAGE_UNSET,
+            Some(p) => p.min(100) as u32,
+        };
+
+        let mut memreq = memreq;
+        if mem_percentage_req == MEM_PERCENTAGE_UNSET && memreq == 0 {
+            if cfg.default_memory != 0 {
+                memreq = cfg.default_memory;
+            } else {
+                mem_percentage_req = 100;
+            }
+        }
+
+        let coresreq = match integer_resource(c, &cfg.resource_core_name)? {
+            None => cfg.default_cores,
+            Some(v) => bounded(c, &cfg.resource_core_name, v, i64::from(i32::MAX))?,
+        };
+
+        Ok(Some(ContainerDeviceRequest {
+            nums,
+            dev_type: NVIDIA.to_string(),
+            memreq,
+            mem_percentage_req,
+            coresreq,
+        }))
+    }
+
+    fn decode_inventory(
+        &self,
+        node_annotations: &BTreeMap<String, String>,
+    ) -> Option<Result<Vec<DeviceInfo>, CodecError>> {
+        node_annotations
+            .get(keys::NVIDIA_NODE_REGISTER)
+            .map(|v| decode_node_register(v))
+    }
+
+    fn pod_constraints(
+        &self,
+        pod_annotations: &BTreeMap<String, String>,
+    ) -> Result<DeviceConstraints, ConstraintError> {
+        let selector = DeviceSelector::from_annotations(pod_annotations, &SelectorKeys::nvidia());
+        let numa_bind = match pod_annotations.get(keys::NVIDIA_NUMA_BIND) {
+            None => false,
+            Some(v) => parse_go_bool(v.trim()).map_err(|e| ConstraintError {
+                key: keys::NVIDIA_NUMA_BIND.into(),
+                value: v.clone(),
+                reason: e.to_string(),
+            })?,
+        };
+        let mode_filter = pod_annotations
+            .get(keys::NVIDIA_VGPU_MODE)
+            .map(|v| v.trim().to_string())
+            .filter(|v| !v.is_empty());
+        Ok(DeviceConstraints {
+            selector,
+            numa_bind,
+            mode_filter,
+        })
+    }
+
+    fn type_matches(
+        &self,
+        device: &DeviceInfo,
+        req: &ContainerDeviceRequest,
+        constraints: &DeviceConstraints,
+    ) -> bool {
+        if req.dev_type != NVIDIA || !contains_ignore_ascii_case(&device.dev_type, NVIDIA) {
+            return false;
+        }
+        if !constraints.selector.type_allowed(&device.dev_type) {
+            return false;
+        }
+        match &constraints.mode_filter {
+            None => true,
+            Some(filter) => {
+                let mode = if device.mode.is_empty() {
+                    DEFAULT_MODE
+                } else {
+                    &device.mode
+                };
+                filter.contains(mode)
+            }
+        }
+    }
+}
+
+fn bounded(c: &Container, resource: &str, value: i64, max: i64) -> Result<u32, RequestError> {
+    if value < 0 {
+        return Err(RequestError::NotAnInteger {
+            container: c.name.clone(),
+            resource: resource.to_string(),
+            value: value.to_string(),
+        });
+    }
+    if value > max {
+        return Err(RequestError::TooLarge {
+            container: c.name.clone(),
+            resource: resource.to_string(),
+            value,
+            max,
+        });
+    }
+    u32::try_from(value).map_err(|_| RequestError::TooLarge {
+        container: c.name.clone(),
+        resource: resource.to_string(),
+        value,
+        max,
+    })
+}

@@ -1,0 +1,318 @@
+//! Placement engine behaviour: fit checks and reasons, policies, multi-container pods,
+//! annotations.
+
+mod common;
+
+use common::*;
+use hami_core::engine::{
+    PodPlan, SchedulerDefaults, allocation_annotations, fit_node, place,
+};
+use hami_core::fit::FitFailure;
+use hami_core::ledger::{Ledger, PodRecord};
+use hami_core::policy::{GpuPolicy, NodePolicy};
+
+fn place_one(ledger: &Ledger, p: &hami_core::engine::PodPlan) -> hami_core::engine::Placement {
+    place(p, &registry(), ledger, &names(ledger))
+}
+
+/// Places and records the pod like the extender's filter does (a reservation).
+fn place_and_reserve(ledger: &mut Ledger, pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    let p = plan(pod);
+    let placement = place_one(ledger, &p);
+    let (node, fit) = placement.chosen?;
+    let rec = PodRecord::from_devices(
+        pod.metadata.uid.as_deref().unwrap(),
+        "default",
+        pod.metadata.name.as_deref().unwrap(),
+        &node,
+        &fit.devices,
+        &p.kinds,
+    );
+    ledger.apply_pod(rec);
+    Some(node)
+}
+
+#[test]
+fn insufficient_memory_reason_is_hami_formatted() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n1", 2, 1000);
+    let p = plan(&gpu_pod("big", 1, 2000, 10));
+    let out = place_one(&ledger, &p);
+    assert!(out.chosen.is_none());
+    assert_eq!(out.failed["n1"], "2/2 CardInsufficientMemory");
+}
+
+#[test]
+fn too_many_gpus_is_node_insufficient_device() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n1", 2, 1000);
+    let out = place_one(&ledger, &plan(&gpu_pod("p", 3, 10, 0)));
+    assert_eq!(out.failed["n1"], "NodeInsufficientDevice");
+}
+
+#[test]
+fn unknown_candidate_is_unregistered() {
+    let ledger = Ledger::new();
+    let out = place(&plan(&gpu_pod("p", 1, 10, 0)), &registry(), &ledger, &["ghost".into()]);
+    assert_eq!(out.failed["ghost"], "node unregistered");
+}
+
+#[test]
+fn unhealthy_cordoned_and_partial_picks_are_counted() {
+    let mut ledger = Ledger::new();
+    let mut devs = vec![gpu("A", 0, 1000), gpu("B", 1, 1000), gpu("C", 2, 1000)];
+    devs[0].health = false;
+    let mut inv = inventory(devs);
+    inv.cordon.insert("B".into());
+    ledger.set_node("n1", inv);
+    let out = place_one(&ledger, &plan(&gpu_pod("p", 2, 10, 0)));
+    assert_eq!(
+        out.failed["n1"],
+        "1/3 AllocatedCardsInsufficientRequest, 1/3 CardCordoned, 1/3 CardNotHealth"
+    );
+}
+
+#[test]
+fn type_and_uuid_selectors() {
+    let mut ledger = Ledger::new();
+    let mut a100 = gpu("A", 0, 1000);
+    a100.dev_type = "NVIDIA A100-SXM4-40GB".into();
+    ledger.set_node("n1", inventory(vec![a100, gpu("V", 1, 1000)]));
+    let base = gpu_pod("p", 1, 10, 0);
+
+    let only_a100 = with_annotations(base.clone(), &[("nvidia.com/use-gputype", "a100")]);
+    let out = place_one(&ledger, &plan(&only_a100));
+    let (_, fit) = out.chosen.unwrap();
+    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "A");
+
+    let no_gpus = with_annotations(
+        base.clone(),
+        &[("nvidia.com/use-gputype", "H100"), ("nvidia.com/nouse-gpuuuid", "")],
+    );
+    let out = place_one(&ledger, &plan(&no_gpus));
+    assert_eq!(out.failed["n1"], "2/2 CardTypeMismatch");
+
+    let not_v = with_annotations(base, &[("nvidia.com/nouse-gpuuuid", "V, A")]);
+    let out = place_one(&ledger, &plan(&not_v));
+    assert_eq!(out.failed["n1"], "2/2 CardUuidMismatch");
+}
+
+#[test]
+fn exclusive_card_needs_an_idle_device() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n1", 1, 1000);
+    // A zero-core sharer leaves all compute free, yet the card is no longer idle.
+    assert!(place_and_reserve(&mut ledger, &gpu_pod("small", 1, 100, 0)).is_some());
+    let out = place_one(&ledger, &plan(&gpu_pod("whole", 1, 100, 100)));
+    assert_eq!(out.failed["n1"], "1/1 ExclusiveDeviceAllocateConflict");
+}
+
+#[test]
+fn slots_and_compute_units_run_out() {
+    let mut ledger = Ledger::new();
+    let mut d = gpu("A", 0, 100_000);
+    d.count = 2;
+    ledger.set_node("n1", inventory(vec![d]));
+    assert!(place_and_reserve(&mut ledger, &gpu_pod("a", 1, 10, 60)).is_some());
+    let out = place_one(&ledger, &plan(&gpu_pod("b", 1, 10, 50)));
+    assert_eq!(out.failed["n1"], "1/1 CardInsufficientCore");
+    assert!(place_and_reserve(&mut ledger, &gpu_pod("c", 1, 10, 40)).is_some());
+    let out = place_one(&ledger, &plan(&gpu_pod("d", 1, 10, 0)));
+    assert_eq!(out.failed["n1"], "1/1 CardTimeSlicingExhausted");
+
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n2", 1, 100_000);
+    assert!(place_and_reserve(&mut ledger, &gpu_pod("full", 1, 10, 100)).is_some());
+    // Exclusive holder: a zero-core pod still sees the device as busy.
+    let out = place_one(&ledger, &plan(&gpu_pod("zero", 1, 10, 0)));
+    assert_eq!(out.failed["n2"], "1/1 CardComputeUnitsExhausted");
+}
+
+#[test]
+fn node_binpack_fills_used_nodes_and_spread_avoids_them() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "a", 2, 1000);
+    add_node(&mut ledger, "b", 2, 1000);
+    // Equal scores: the first name wins (deterministic).
+    assert_eq!(place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 100, 10)).as_deref(), Some("a"));
+    // Binpack: the used node again.
+    assert_eq!(place_and_reserve(&mut ledger, &gpu_pod("p2", 1, 100, 10)).as_deref(), Some("a"));
+    // Spread via the pod annotation: the idle node.
+    let spread = with_annotations(gpu_pod("p3", 1, 100, 10), &[("hami.io/node-scheduler-policy", "spread")]);
+    assert_eq!(place_and_reserve(&mut ledger, &spread).as_deref(), Some("b"));
+}
+
+#[test]
+fn gpu_binpack_and_spread_choose_devices() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 3, 1000);
+    let first = place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 500, 10));
+    assert_eq!(first.as_deref(), Some("n"));
+    let binpack = with_annotations(gpu_pod("p2", 1, 100, 10), &[("hami.io/gpu-scheduler-policy", "binpack")]);
+    let (_, fit) = place_one(&ledger, &plan(&binpack)).chosen.unwrap();
+    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-0");
+    let spread = gpu_pod("p3", 1, 100, 10); // default gpu policy is spread
+    let (_, fit) = place_one(&ledger, &plan(&spread)).chosen.unwrap();
+    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-1");
+}
+
+#[test]
+fn later_containers_see_earlier_ones() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 1, 1000);
+    let p = pod(
+        "two",
+        vec![
+            container("a", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")]),
+            container("b", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")]),
+        ],
+    );
+    let out = place_one(&ledger, &plan(&p));
+    assert_eq!(out.failed["n"], "1/1 CardInsufficientMemory");
+}
+
+#[test]
+fn init_containers_are_fitted_apart_and_counted_at_peak() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 1, 1000);
+    let mut p = pod(
+        "init",
+        vec![container("app", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")])],
+    );
+    p.spec.as_mut().unwrap().init_containers = Some(vec![container(
+        "warmup",
+        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "800")],
+    )]);
+    // 800 + 600 would not fit, but they never run together.
+    let pl = plan(&p);
+    let (node, fit) = place_one(&ledger, &pl).chosen.unwrap();
+    let ann = allocation_annotations(&registry(), &node, &fit, 1_700_000_000);
+    assert_eq!(
+        ann["hami.io/vgpu-devices-allocated"],
+        "n-gpu-0,NVIDIA,800,0:;n-gpu-0,NVIDIA,600,0:;"
+    );
+    let rec = PodRecord::from_devices("u", "default", "init", &node, &fit.devices, &pl.kinds);
+    ledger.apply_pod(rec);
+    let usage = ledger.usage("n").unwrap();
+    assert_eq!(usage[0][0].usedmem, 800);
+    assert_eq!(usage[0][0].used, 1);
+}
+
+#[test]
+fn annotations_keep_empty_containers_aligned() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 1, 1000);
+    let p = pod(
+        "mixed",
+        vec![
+            container("sidecar", &[]),
+            container("main", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "100"), ("nvidia.com/gpucores", "20")]),
+        ],
+    );
+    let (node, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
+    let ann = allocation_annotations(&registry(), &node, &fit, 42);
+    assert_eq!(ann["hami.io/vgpu-node"], "n");
+    assert_eq!(ann["hami.io/vgpu-time"], "42");
+    assert_eq!(ann["hami.io/vgpu-devices-to-allocate"], ";n-gpu-0,NVIDIA,100,20:;");
+    assert_eq!(ann["hami.io/vgpu-devices-allocated"], ";n-gpu-0,NVIDIA,100,20:;");
+}
+
+#[test]
+fn memory_percentage_resolves_per_device() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 1, 16_000);
+    let p = pod(
+        "pct",
+        vec![container("c", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem-percentage", "25")])],
+    );
+    let (_, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
+    assert_eq!(fit.devices["NVIDIA"][0][0].usedmem, 4000);
+    // A plain `nvidia.com/gpu: 1` takes the whole memory.
+    let (_, fit) = place_one(&ledger, &plan(&pod("whole", vec![container("c", &[("nvidia.com/gpu", "1")])])))
+        .chosen
+        .unwrap();
+    assert_eq!(fit.devices["NVIDIA"][0][0].usedmem, 16_000);
+}
+
+#[test]
+fn numa_bind_keeps_a_container_on_one_numa_node() {
+    let mut ledger = Ledger::new();
+    let mut devs: Vec<_> = (0..4).map(|i| gpu(&format!("G{i}"), i, 1000)).collect();
+    devs[2].numa = 1;
+    devs[3].numa = 1;
+    devs[3].health = false;
+    devs[0].health = false;
+    ledger.set_node("n", inventory(devs));
+    let p = with_annotations(gpu_pod("p", 2, 10, 0), &[("nvidia.com/numa-bind", "true")]);
+    let out = place_one(&ledger, &plan(&p));
+    let reason = &out.failed["n"];
+    assert!(reason.contains("NumaNotFit"), "{reason}");
+    // Without the binding the two healthy GPUs on different NUMA nodes are fine.
+    assert!(place_one(&ledger, &plan(&gpu_pod("q", 2, 10, 0))).chosen.is_some());
+}
+
+#[test]
+fn mutex_policy_skips_used_devices() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 2, 1000);
+    place_and_reserve(&mut ledger, &gpu_pod("a", 1, 10, 10)).unwrap();
+    let p = with_annotations(gpu_pod("b", 2, 10, 10), &[("hami.io/gpu-scheduler-policy", "mutex")]);
+    let out = place_one(&ledger, &plan(&p));
+    assert_eq!(
+        out.failed["n"],
+        "1/2 AllocatedCardsInsufficientRequest, 1/2 ExclusiveDeviceAllocateConflict"
+    );
+}
+
+#[test]
+fn topology_aware_prefers_linked_pairs() {
+    let mut ledger = Ledger::new();
+    let devs: Vec<_> = (0..4).map(|i| gpu(&format!("G{i}"), i, 1000)).collect();
+    let mut inv = inventory(devs);
+    inv.pair_scores = hami_core::codec::PairScores::new(&hami_core::codec::decode_topology_scores(
+        r#"[{"uuid":"G0","score":{"G1":10,"G2":10,"G3":10}},{"uuid":"G1","score":{"G0":10,"G2":10,"G3":200}},{"uuid":"G2","score":{"G0":10,"G1":10,"G3":10}},{"uuid":"G3","score":{"G0":10,"G1":200,"G2":10}}]"#,
+    )
+    .unwrap());
+    ledger.set_node("n", inv);
+    let p = with_annotations(gpu_pod("p", 2, 10, 0), &[("hami.io/gpu-scheduler-policy", "topology-aware")]);
+    let (_, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
+    let mut got: Vec<_> = fit.devices["NVIDIA"][0].iter().map(|d| d.uuid.clone()).collect();
+    got.sort();
+    assert_eq!(got, vec!["G1", "G3"]);
+    // One GPU: take the least connected one, keeping the linked pair free.
+    let p1 = with_annotations(gpu_pod("q", 1, 10, 0), &[("hami.io/gpu-scheduler-policy", "topology-aware")]);
+    let (_, fit) = place_one(&ledger, &plan(&p1)).chosen.unwrap();
+    assert!(["G0", "G2"].contains(&fit.devices["NVIDIA"][0][0].uuid.as_str()));
+}
+
+#[test]
+fn invalid_scoring_weights_fail_the_plan() {
+    let p = with_annotations(gpu_pod("p", 1, 10, 0), &[("hami.io/device-scoring-weights", "slot=1,core=1")]);
+    let err = PodPlan::new(&p, &registry(), &SchedulerDefaults::default()).unwrap_err();
+    assert!(err.to_string().contains("hami.io/device-scoring-weights"), "{err}");
+}
+
+#[test]
+fn defaults_apply_when_pod_has_no_policy() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "a", 1, 1000);
+    add_node(&mut ledger, "b", 1, 1000);
+    place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 100, 10)).unwrap();
+    let defaults = SchedulerDefaults {
+        node_policy: NodePolicy::Spread,
+        gpu_policy: GpuPolicy::default(),
+    };
+    let p = PodPlan::new(&gpu_pod("p2", 1, 100, 10), &registry(), &defaults).unwrap();
+    let out = place_one(&ledger, &p);
+    assert_eq!(out.chosen.unwrap().0, "b");
+    assert_eq!(out.scores.len(), 2);
+}
+
+#[test]
+fn fit_node_reports_insufficient_devices_for_nodes_without_vendor() {
+    let mut ledger = Ledger::new();
+    ledger.set_node("empty", Default::default());
+    let node = ledger.node("empty").unwrap();
+    let err = fit_node(&plan(&gpu_pod("p", 1, 1, 0)), &registry(), node).unwrap_err();
+    assert_eq!(err, FitFailure::InsufficientDevices);
+}

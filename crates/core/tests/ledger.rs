@@ -1,0 +1,105 @@
+//! The allocation ledger: rebuilt from annotations, idempotent, incremental.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
+use k8s_openapi::api::core::v1::PodStatus;
+
+fn placed_pod(name: &str, node: &str, allocated: &str) -> k8s_openapi::api::core::v1::Pod {
+    with_annotations(
+        gpu_pod(name, 1, 1, 0),
+        &[("hami.io/vgpu-node", node), ("hami.io/vgpu-devices-allocated", allocated)],
+    )
+}
+
+#[test]
+fn records_come_from_allocated_annotations() {
+    let p = placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;");
+    let rec = PodRecord::from_pod(&p, &registry()).unwrap().unwrap();
+    assert_eq!(rec.node, "n");
+    assert_eq!(rec.uid, "uid-a");
+    assert_eq!(rec.charges.len(), 1);
+    assert_eq!((rec.charges[0].mem, rec.charges[0].cores, rec.charges[0].slots), (300, 20, 1));
+}
+
+#[test]
+fn terminated_and_unplaced_pods_hold_nothing() {
+    let mut done = placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;");
+    done.status = Some(PodStatus {
+        phase: Some("Succeeded".into()),
+        ..Default::default()
+    });
+    assert_eq!(PodRecord::from_pod(&done, &registry()).unwrap(), None);
+    assert_eq!(PodRecord::from_pod(&gpu_pod("b", 1, 1, 0), &registry()).unwrap(), None);
+}
+
+#[test]
+fn malformed_annotation_is_a_clear_error() {
+    let p = placed_pod("a", "n", "n-gpu-0,NVIDIA,notanumber,20:;");
+    let err = PodRecord::from_pod(&p, &registry()).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("default/a") && msg.contains("hami.io/vgpu-devices-allocated"), "{msg}");
+}
+
+#[test]
+fn apply_is_idempotent_and_delete_releases() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 2, 1000);
+    let rec = PodRecord::from_pod(&placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"), &registry())
+        .unwrap()
+        .unwrap();
+    ledger.apply_pod(rec.clone());
+    ledger.apply_pod(rec.clone());
+    let u = ledger.usage("n").unwrap()[0][1];
+    assert_eq!((u.used, u.usedmem, u.usedcores), (1, 300, 20));
+    // A changed record for the same UID replaces, not adds.
+    let moved = PodRecord::from_pod(&placed_pod("a", "n", "n-gpu-0,NVIDIA,100,5:;"), &registry())
+        .unwrap()
+        .unwrap();
+    ledger.apply_pod(moved);
+    assert_eq!(ledger.usage("n").unwrap()[0][1].usedmem, 0);
+    assert_eq!(ledger.usage("n").unwrap()[0][0].usedmem, 100);
+    assert!(ledger.remove_pod(&rec.uid).is_some());
+    assert!(ledger.remove_pod(&rec.uid).is_none());
+    assert_eq!(ledger.usage("n").unwrap()[0][0], Default::default());
+}
+
+#[test]
+fn pods_seen_before_their_node_count_once_it_registers() {
+    let mut ledger = Ledger::new();
+    let rec = PodRecord::from_pod(&placed_pod("a", "late", "late-gpu-0,NVIDIA,300,20:;"), &registry())
+        .unwrap()
+        .unwrap();
+    let report = ledger.apply_pod(rec);
+    assert!(report.unknown_node);
+    add_node(&mut ledger, "late", 1, 1000);
+    assert_eq!(ledger.usage("late").unwrap()[0][0].usedmem, 300);
+    // Re-registering with a different inventory keeps the pod's usage.
+    add_node(&mut ledger, "late", 2, 2000);
+    assert_eq!(ledger.usage("late").unwrap()[0][0].usedmem, 300);
+    assert_eq!(ledger.recomputed_usage("late").unwrap(), ledger.usage("late").unwrap());
+}
+
+#[test]
+fn node_inventory_from_annotations_reports_bad_values() {
+    let reg = registry();
+    let mut a = BTreeMap::new();
+    a.insert(
+        "hami.io/node-nvidia-register".to_string(),
+        r#"[{"id":"GPU-0","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-T4","health":true},{"id":"GPU-0","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-T4","health":true}]"#.to_string(),
+    );
+    a.insert("hami.io/device-cordon".to_string(), " GPU-9 ,,".to_string());
+    let (inv, issues) = NodeInventory::from_annotations(&a, &reg);
+    assert_eq!(inv.vendors[0].devices.len(), 1);
+    assert_eq!(issues.len(), 1);
+    assert!(issues[0].error.contains("registered twice"));
+    assert!(inv.cordon.contains("GPU-9"));
+
+    a.insert("hami.io/node-nvidia-register".to_string(), "{not json".to_string());
+    let (inv, issues) = NodeInventory::from_annotations(&a, &reg);
+    assert!(inv.vendors.is_empty());
+    assert_eq!(issues[0].annotation, "hami.io/node-nvidia-register");
+}
