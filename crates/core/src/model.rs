@@ -45,7 +45,7 @@ pub struct MigProfile {
 }
 
 /// A contiguous run of MIG slices.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 pub struct MigPlacement {
     pub start: u32,
     pub size: u32,
