@@ -1,0 +1,49 @@
+//! Our fragmentation-aware policy: the scoring lives in `crate::frag` so the
+//! live scheduler can reuse it; this adapter adds caching and GPU masks.
+
+use super::{pick_best, Placement, Policy, PolicyInit, ScoreCache};
+use crate::cluster::{lowest_fitting_gpus, Cluster};
+use crate::frag::{frag_score, FragMemo, FragScoreConfig, TypicalWorkload};
+use crate::Task;
+
+#[derive(Debug)]
+pub struct HamiFrag {
+    workload: TypicalWorkload,
+    cfg: FragScoreConfig,
+    memo: FragMemo,
+    cache: ScoreCache,
+}
+
+impl HamiFrag {
+    pub fn new(init: &PolicyInit<'_>, cfg: FragScoreConfig) -> Self {
+        Self {
+            workload: init.workload.clone(),
+            cfg,
+            memo: FragMemo::new(cfg.mem_aware),
+            cache: ScoreCache::new(init.n_nodes, init.n_types),
+        }
+    }
+}
+
+impl Policy for HamiFrag {
+    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
+        let shape = task.shape();
+        let score_of = |n: usize, this: &mut Self| -> (Option<f64>, Option<usize>) {
+            let node = &cluster.nodes[n];
+            if let Some(hit) = this.cache.get(n, task.type_id, node.version) {
+                return hit;
+            }
+            let res = frag_score(&node.view(), &shape, &this.workload, &this.cfg, &mut this.memo)
+                .map_or((None, None), |s| (Some(s.score), s.gpu));
+            this.cache.put(n, task.type_id, node.version, res.0, res.1);
+            res
+        };
+        let node = pick_best(feasible, ranks, |n| score_of(n, self).0)?;
+        let gpus = if task.is_sharing() {
+            score_of(node, self).1.map_or(0, |g| 1u16 << g)
+        } else {
+            lowest_fitting_gpus(&cluster.nodes[node], task, cluster.slots)
+        };
+        Some(Placement { node, gpus })
+    }
+}
