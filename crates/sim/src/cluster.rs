@@ -10,9 +10,18 @@ pub const MAX_GPUS: usize = 8;
 /// Full GPU in milli.
 pub const GPU_MILLI: i32 = 1000;
 
-/// Tag bits for GPU Clustering: the kinds of GPU tasks already on a node.
-pub const TAG_SHARE: u8 = 1;
-pub const TAG_WHOLE: u8 = 2;
+/// GPU Clustering tag of a task: bit 0 = "share-gpu", bit k = "k-gpu"
+/// (whole-GPU tasks are tagged by their GPU count, so 1-, 2- and 8-GPU tasks
+/// are different clusters).
+pub fn cluster_tag(task: &Task) -> u16 {
+    if task.num == 0 {
+        0
+    } else if task.is_sharing() {
+        1
+    } else {
+        1 << task.num.min(15)
+    }
+}
 
 /// Mutable state of one node.
 #[derive(Debug, Clone)]
@@ -24,7 +33,8 @@ pub struct NodeState {
     pub gpu_free: [i32; MAX_GPUS],
     /// Tasks per GPU (HAMi "used slots").
     pub gpu_tasks: [u16; MAX_GPUS],
-    pub tags: u8,
+    /// Union of the GPU Clustering tags of the tasks on the node.
+    pub tags: u16,
     /// Bumped on every change so policies can cache per-node scores.
     pub version: u32,
 }
@@ -118,9 +128,7 @@ impl Cluster {
                 node.gpu_tasks[g] += 1;
             }
         }
-        if task.num > 0 {
-            node.tags |= if task.is_sharing() { TAG_SHARE } else { TAG_WHOLE };
-        }
+        node.tags |= cluster_tag(task);
         node.version = node.version.wrapping_add(1).max(1);
     }
 }

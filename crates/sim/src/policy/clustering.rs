@@ -2,7 +2,7 @@
 //! GPU: best fit.
 
 use super::{pick_best, Placement, Policy};
-use crate::cluster::{best_fit_gpus, Cluster, NodeState, TAG_SHARE, TAG_WHOLE};
+use crate::cluster::{best_fit_gpus, cluster_tag, Cluster, NodeState};
 use crate::Task;
 
 #[derive(Debug, Default)]
@@ -12,7 +12,7 @@ pub fn clustering_score(node: &NodeState, task: &Task) -> i64 {
     if task.num == 0 {
         return 0;
     }
-    let tag = if task.is_sharing() { TAG_SHARE } else { TAG_WHOLE };
+    let tag = cluster_tag(task);
     let base = (25 * (8000 - node.idle())) / 8000;
     if node.tags == tag {
         75 + base
