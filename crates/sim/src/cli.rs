@@ -81,10 +81,12 @@ fn parse_policies(s: &str) -> Result<Vec<String>, SimError> {
     if s.trim() == "all" {
         return Ok(POLICY_NAMES.iter().map(|p| p.to_string()).collect());
     }
-    s.split(',')
+    // Policies are separated by `;` when a tuning spec (which uses commas) is given.
+    let sep = if s.contains(';') || s.contains('=') { ';' } else { ',' };
+    s.split(sep)
         .map(|p| {
             let p = p.trim();
-            if POLICY_NAMES.contains(&p) { Ok(p.to_string()) } else { Err(SimError::UnknownPolicy(p.to_string())) }
+            if POLICY_NAMES.contains(&p) || p.starts_with("hami-frag:") { Ok(p.to_string()) } else { Err(SimError::UnknownPolicy(p.to_string())) }
         })
         .collect()
 }

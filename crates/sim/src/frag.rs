@@ -125,6 +125,34 @@ impl TypicalWorkload {
     }
 }
 
+impl TypicalWorkload {
+    /// ρ: expected CPU milli consumed per milli-GPU of demand, over the whole
+    /// mix (CPU-only classes included: they also eat GPU nodes' CPU).
+    pub fn cpu_per_gpu_milli(&self) -> f64 {
+        let cpu: f64 = self.classes.iter().map(|c| c.weight * c.cpu_milli as f64).sum();
+        let gpu: f64 =
+            self.classes.iter().map(|c| c.weight * f64::from(c.num_gpu) * f64::from(c.gpu_milli)).sum();
+        if gpu > 0.0 { cpu / gpu } else { 0.0 }
+    }
+
+    /// Re-weights classes by GPU demand: p_m ∝ p_m·(num·d/1000 + cpu_bias).
+    pub fn reweighted_by_gpu(&self, cpu_bias: f64) -> Self {
+        let raw: Vec<f64> = self
+            .classes
+            .iter()
+            .map(|c| c.weight * (f64::from(c.num_gpu) * f64::from(c.gpu_milli) / 1000.0 + cpu_bias))
+            .collect();
+        let total: f64 = raw.iter().sum();
+        let classes = self
+            .classes
+            .iter()
+            .zip(&raw)
+            .map(|(c, &w)| TaskClass { weight: if total > 0.0 { w / total } else { 0.0 }, ..c.clone() })
+            .collect();
+        Self { classes }
+    }
+}
+
 /// Plain view of one node's free resources.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeView<'a> {
@@ -176,6 +204,17 @@ pub fn node_frag(node: &NodeView<'_>, workload: &TypicalWorkload, mem_aware: boo
         }
     }
     buckets.iter().sum()
+}
+
+/// GPU milli on the node that the free CPU cannot be expected to drive:
+/// max(0, L − cpu_free/ρ). FGD only sees CPU shortage once a class no longer
+/// fits; this term sees it coming, so CPU-hungry tasks avoid CPU-poor nodes.
+pub fn cpu_stranded(gpu_free: &[i32], cpu_free: i64, rho: f64) -> f64 {
+    let idle: i64 = gpu_free.iter().map(|&r| i64::from(r)).sum();
+    if rho <= 0.0 {
+        return 0.0;
+    }
+    (idle as f64 - cpu_free as f64 / rho).max(0.0)
 }
 
 /// FGD's quantised score for a fragmentation change: ⌊100·σ(Δ/1000)⌋ with
@@ -266,20 +305,94 @@ impl FragMemo {
     }
 }
 
+/// Primary term of our score.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primary {
+    /// FGD's quantised ⌊100·σ(Δ/1000)⌋ (coarse: ~40 milli per point).
+    Quantised,
+    /// The raw fragmentation change Δ in GPUs (continuous).
+    Raw,
+    /// ⌊Δ / width⌋ for a bucket width in milli.
+    Bucket(u32),
+}
+
+/// Secondary term, used to break (or blend with) the primary term.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secondary {
+    None,
+    /// Fraction of the node's GPU capacity in use after placement (HAMi
+    /// binpack's node utilisation): fill the fullest node first.
+    Utilisation,
+    /// Negative idle GPUs left on the node after placement (best fit in
+    /// absolute terms).
+    LeastIdle,
+}
+
 /// Tuning of our policy (`hami-frag`), kept as plain data so the live
 /// scheduler can expose it as configuration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct FragScoreConfig {
     /// Count memory as well as CPU when deciding whether a class fits.
     pub mem_aware: bool,
-    /// Weight of the tie-break that prefers the node whose remaining GPU share
-    /// is smallest after placement (best fit), in units of score per milli.
-    pub fit_weight: f64,
+    pub primary: Primary,
+    pub secondary: Secondary,
+    /// Weight of the secondary term (in primary units; < 1 with a quantised
+    /// primary makes it a pure tie-break).
+    pub weight: f64,
+    /// Among GPUs with equal score on the chosen node, take the fullest one
+    /// (best fit) instead of the lowest index.
+    pub gpu_best_fit: bool,
+    /// λ: weight of the CPU-stranding term added to F (0 = plain FGD measure).
+    pub strand: f64,
+    /// Coverage of the typical workload (the paper uses 95).
+    pub coverage_pct: u32,
+    /// When set to `b`, class weights become p_m·(num·d/1000 + b): weight by
+    /// GPU demand (the allocation metric) with `b` for CPU-only classes.
+    pub gpu_weighting: Option<f64>,
 }
 
 impl Default for FragScoreConfig {
     fn default() -> Self {
-        Self { mem_aware: false, fit_weight: 1e-6 }
+        Self {
+            mem_aware: false,
+            primary: Primary::Quantised,
+            secondary: Secondary::Utilisation,
+            weight: 0.5,
+            gpu_best_fit: true,
+            strand: 0.0,
+            coverage_pct: 95,
+            gpu_weighting: None,
+        }
+    }
+}
+
+impl FragScoreConfig {
+    /// Parses `key=value` pairs separated by commas, e.g.
+    /// `primary=raw,secondary=util,weight=0.5,mem=1,gpu=bestfit`; unknown keys
+    /// or values are errors.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        let mut cfg = Self::default();
+        for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').ok_or_else(|| format!("expected key=value, got {part:?}"))?;
+            match (k, v) {
+                ("mem", "1" | "true") => cfg.mem_aware = true,
+                ("mem", "0" | "false") => cfg.mem_aware = false,
+                ("primary", "q" | "quantised") => cfg.primary = Primary::Quantised,
+                ("primary", "raw") => cfg.primary = Primary::Raw,
+                ("bucket", b) => cfg.primary = Primary::Bucket(b.parse().map_err(|_| format!("bad bucket {b:?}"))?),
+                ("strand", l) => cfg.strand = l.parse().map_err(|_| format!("bad strand {l:?}"))?,
+                ("coverage", c) => cfg.coverage_pct = c.parse().map_err(|_| format!("bad coverage {c:?}"))?,
+                ("gpuweight", g) => cfg.gpu_weighting = Some(g.parse().map_err(|_| format!("bad gpuweight {g:?}"))?),
+                ("secondary", "none") => cfg.secondary = Secondary::None,
+                ("secondary", "util") => cfg.secondary = Secondary::Utilisation,
+                ("secondary", "idle") => cfg.secondary = Secondary::LeastIdle,
+                ("weight", w) => cfg.weight = w.parse().map_err(|_| format!("bad weight {w:?}"))?,
+                ("gpu", "bestfit") => cfg.gpu_best_fit = true,
+                ("gpu", "first") => cfg.gpu_best_fit = false,
+                _ => return Err(format!("unknown setting {part:?}")),
+            }
+        }
+        Ok(cfg)
     }
 }
 
@@ -302,10 +415,10 @@ pub struct TaskShape {
     pub num_gpu: u32,
 }
 
-/// Our node/GPU score: the unquantised fragmentation change (in milli-GPU,
-/// higher = less new fragmentation), with a small best-fit term that breaks
-/// the many exact ties toward tighter nodes. Returns `None` when the task does
-/// not fit the node's GPUs (CPU/memory/model filtering is the caller's).
+/// Our node/GPU score: FGD's fragmentation change against the typical
+/// workload as the primary term, plus a secondary packing term that replaces
+/// FGD's random tie-break. Returns `None` when the task does not fit the
+/// node's GPUs (CPU/memory/model filtering is the caller's).
 pub fn frag_score(
     node: &NodeView<'_>,
     task: &TaskShape,
@@ -313,42 +426,61 @@ pub fn frag_score(
     cfg: &FragScoreConfig,
     memo: &mut FragMemo,
 ) -> Option<NodeScore> {
-    let before = memo.frag(node, workload);
+    let rho = if cfg.strand > 0.0 { workload.cpu_per_gpu_milli() } else { 0.0 };
     let cpu_after = node.cpu_free - task.cpu_milli;
+    let strand = |gpus: &[i32], cpu: i64| cfg.strand * cpu_stranded(gpus, cpu, rho);
+    let before = memo.frag(node, workload) + strand(node.gpu_free, node.cpu_free);
     let mem_after = node.mem_free - task.mem_mib;
     let idle: i64 = node.gpu_free.iter().map(|&r| i64::from(r)).sum();
-    let fit_term = |left_gpu: i64, left_cpu: i64| -> f64 {
-        // Prefer less GPU left (dominant) then less CPU left.
-        -(left_gpu as f64 + left_cpu as f64 / 128.0) * cfg.fit_weight
+    let cap = (node.gpu_free.len() as f64 * 1000.0).max(1.0);
+    let primary = |f_after: f64| -> f64 {
+        match cfg.primary {
+            Primary::Quantised => fgd_score(before, f_after) as f64,
+            Primary::Raw => (before - f_after) / 1000.0,
+            Primary::Bucket(w) => ((before - f_after) / f64::from(w.max(1))).floor(),
+        }
+    };
+    let secondary = |used: i64| -> f64 {
+        let left = (idle - used) as f64;
+        match cfg.secondary {
+            Secondary::None => 0.0,
+            Secondary::Utilisation => 1.0 - left / cap,
+            Secondary::LeastIdle => -left / 8000.0,
+        }
     };
     let sharing = task.num_gpu == 1 && task.gpu_milli > 0 && task.gpu_milli < 1000;
     if sharing {
-        let mut best: Option<NodeScore> = None;
-        let mut seen: [i32; MEMO_MAX_GPUS] = [-1; MEMO_MAX_GPUS];
+        let node_term = cfg.weight * secondary(i64::from(task.gpu_milli));
+        let mut best: Option<(f64, i32, usize)> = None;
+        let mut seen: [(i32, f64); MEMO_MAX_GPUS] = [(-1, 0.0); MEMO_MAX_GPUS];
         let mut seen_n = 0usize;
         for (i, &r) in node.gpu_free.iter().enumerate() {
             if r < task.gpu_milli {
                 continue;
             }
-            if seen[..seen_n].contains(&r) {
-                continue;
-            }
-            if seen_n < MEMO_MAX_GPUS {
-                seen[seen_n] = r;
-                seen_n += 1;
-            }
-            let after = after_place(node.gpu_free, task.gpu_milli, 1, Some(i));
-            let view = NodeView { model: node.model, cpu_free: cpu_after, mem_free: mem_after, gpu_free: &after };
-            let f_after = memo.frag(&view, workload);
-            // Among equal fragmentation change prefer the fuller GPU.
-            let gpu_tight = -(r as f64) * cfg.fit_weight * 1e-3;
-            let score =
-                before - f_after + fit_term(idle - i64::from(task.gpu_milli), cpu_after) + gpu_tight;
-            if best.is_none_or(|b| score > b.score) {
-                best = Some(NodeScore { score, gpu: Some(i) });
+            let p = match seen[..seen_n].iter().find(|(v, _)| *v == r) {
+                Some(&(_, p)) => p,
+                None => {
+                    let after = after_place(node.gpu_free, task.gpu_milli, 1, Some(i));
+                    let view =
+                        NodeView { model: node.model, cpu_free: cpu_after, mem_free: mem_after, gpu_free: &after };
+                    let p = primary(memo.frag(&view, workload) + strand(&after, cpu_after));
+                    if seen_n < MEMO_MAX_GPUS {
+                        seen[seen_n] = (r, p);
+                        seen_n += 1;
+                    }
+                    p
+                }
+            };
+            let better = match best {
+                None => true,
+                Some((bp, br, _)) => p > bp || (cfg.gpu_best_fit && p == bp && r < br),
+            };
+            if better {
+                best = Some((p, r, i));
             }
         }
-        return best;
+        return best.map(|(p, _, i)| NodeScore { score: p + node_term, gpu: Some(i) });
     }
     let need = if task.num_gpu == 0 || task.gpu_milli == 0 { 0 } else { task.num_gpu };
     if need > 0 {
@@ -359,9 +491,9 @@ pub fn frag_score(
     }
     let after = after_place(node.gpu_free, task.gpu_milli, need, None);
     let view = NodeView { model: node.model, cpu_free: cpu_after, mem_free: mem_after, gpu_free: &after };
-    let f_after = memo.frag(&view, workload);
+    let p = primary(memo.frag(&view, workload) + strand(&after, cpu_after));
     let used = i64::from(task.gpu_milli) * i64::from(need);
-    Some(NodeScore { score: before - f_after + fit_term(idle - used, cpu_after), gpu: None })
+    Some(NodeScore { score: p + cfg.weight * secondary(used), gpu: None })
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ impl Experiment {
             return Err(SimError::Invalid(format!("{} ranks for {} nodes", ranks.len(), self.nodes.len())));
         }
         let (tasks, n_types) = task::to_tasks(pods);
-        let init = PolicyInit { workload: &self.workload, n_nodes: self.nodes.len(), n_types, seed };
+        let init = PolicyInit { workload: &self.workload, pods: &self.pods, n_nodes: self.nodes.len(), n_types, seed };
         let mut p = make_policy(policy, &init)?;
         let output = runner::simulate(&self.nodes, &tasks, ranks, &self.workload, p.as_mut(), slots, true);
         let curve = metrics::bin_events(&output.events, output.total_gpus, output.capacity);

@@ -16,8 +16,16 @@ pub struct HamiFrag {
 
 impl HamiFrag {
     pub fn new(init: &PolicyInit<'_>, cfg: FragScoreConfig) -> Self {
+        let mut workload = if cfg.coverage_pct == crate::TYPICAL_COVERAGE_PCT {
+            init.workload.clone()
+        } else {
+            TypicalWorkload::from_tasks(init.pods.iter().map(|p| (p.class_key(), p.memory_mib)), cfg.coverage_pct)
+        };
+        if let Some(bias) = cfg.gpu_weighting {
+            workload = workload.reweighted_by_gpu(bias);
+        }
         Self {
-            workload: init.workload.clone(),
+            workload,
             cfg,
             memo: FragMemo::new(cfg.mem_aware),
             cache: ScoreCache::new(init.n_nodes, init.n_types),

@@ -38,6 +38,8 @@ pub struct Placement {
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyInit<'a> {
     pub workload: &'a TypicalWorkload,
+    /// The variant's original pods (for policies that derive their own M).
+    pub pods: &'a [crate::trace::PodRecord],
     pub n_nodes: usize,
     pub n_types: usize,
     pub seed: u64,
@@ -77,7 +79,14 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
         "hami-frag-mem" => {
             Box::new(HamiFrag::new(init, FragScoreConfig { mem_aware: true, ..FragScoreConfig::default() }))
         }
-        other => return Err(SimError::UnknownPolicy(other.to_string())),
+        // `hami-frag:key=value,...` selects a tuning variant (experiments).
+        other => match other.strip_prefix("hami-frag:") {
+            Some(spec) => Box::new(HamiFrag::new(
+                init,
+                FragScoreConfig::parse(spec).map_err(|e| SimError::Invalid(format!("{other}: {e}")))?,
+            )),
+            None => return Err(SimError::UnknownPolicy(other.to_string())),
+        },
     })
 }
 
