@@ -353,13 +353,14 @@ pub struct FragScoreConfig {
 
 impl Default for FragScoreConfig {
     fn default() -> Self {
+        // Chosen by a sweep on the default trace (docs/simulator.md).
         Self {
-            mem_aware: false,
+            mem_aware: true,
             primary: Primary::Quantised,
-            secondary: Secondary::Utilisation,
-            weight: 0.5,
-            gpu_best_fit: true,
-            strand: 0.0,
+            secondary: Secondary::None,
+            weight: 0.0,
+            gpu_best_fit: false,
+            strand: 0.25,
             coverage_pct: 95,
             gpu_weighting: None,
         }
@@ -419,14 +420,45 @@ pub struct TaskShape {
 /// workload as the primary term, plus a secondary packing term that replaces
 /// FGD's random tie-break. Returns `None` when the task does not fit the
 /// node's GPUs (CPU/memory/model filtering is the caller's).
+/// Our scorer: the typical workload, the tuning and a memo of F by node state.
+#[derive(Debug)]
+pub struct FragScorer {
+    workload: TypicalWorkload,
+    cfg: FragScoreConfig,
+    rho: f64,
+    memo: FragMemo,
+}
+
+impl FragScorer {
+    pub fn new(workload: TypicalWorkload, cfg: FragScoreConfig) -> Self {
+        let rho = workload.cpu_per_gpu_milli();
+        Self { workload, memo: FragMemo::new(cfg.mem_aware), cfg, rho }
+    }
+
+    pub fn workload(&self) -> &TypicalWorkload {
+        &self.workload
+    }
+
+    pub fn config(&self) -> &FragScoreConfig {
+        &self.cfg
+    }
+
+    /// Scores `task` on `node`; see [`frag_score`].
+    pub fn score(&mut self, node: &NodeView<'_>, task: &TaskShape) -> Option<NodeScore> {
+        frag_score(node, task, &self.workload, &self.cfg, self.rho, &mut self.memo)
+    }
+}
+
+/// `rho` is [`TypicalWorkload::cpu_per_gpu_milli`] (passed in so callers can
+/// compute it once).
 pub fn frag_score(
     node: &NodeView<'_>,
     task: &TaskShape,
     workload: &TypicalWorkload,
     cfg: &FragScoreConfig,
+    rho: f64,
     memo: &mut FragMemo,
 ) -> Option<NodeScore> {
-    let rho = if cfg.strand > 0.0 { workload.cpu_per_gpu_milli() } else { 0.0 };
     let cpu_after = node.cpu_free - task.cpu_milli;
     let strand = |gpus: &[i32], cpu: i64| cfg.strand * cpu_stranded(gpus, cpu, rho);
     let before = memo.frag(node, workload) + strand(node.gpu_free, node.cpu_free);
@@ -552,7 +584,7 @@ mod tests {
         let task = TaskShape { cpu_milli: 1000, mem_mib: 0, gpu_milli: 500, num_gpu: 1 };
         let a = [500, 1000];
         let v = NodeView { model: 0, cpu_free: 64000, mem_free: 0, gpu_free: &a };
-        let s = frag_score(&v, &task, &w, &cfg, &mut memo).map(|s| s.gpu);
+        let s = frag_score(&v, &task, &w, &cfg, w.cpu_per_gpu_milli(), &mut memo).map(|s| s.gpu);
         assert_eq!(s, Some(Some(0)));
     }
 }

@@ -3,14 +3,12 @@
 
 use super::{pick_best, Placement, Policy, PolicyInit, ScoreCache};
 use crate::cluster::{lowest_fitting_gpus, Cluster};
-use crate::frag::{frag_score, FragMemo, FragScoreConfig, TypicalWorkload};
+use crate::frag::{FragScoreConfig, FragScorer, TypicalWorkload};
 use crate::Task;
 
 #[derive(Debug)]
 pub struct HamiFrag {
-    workload: TypicalWorkload,
-    cfg: FragScoreConfig,
-    memo: FragMemo,
+    scorer: FragScorer,
     cache: ScoreCache,
 }
 
@@ -25,9 +23,7 @@ impl HamiFrag {
             workload = workload.reweighted_by_gpu(bias);
         }
         Self {
-            workload,
-            cfg,
-            memo: FragMemo::new(cfg.mem_aware),
+            scorer: FragScorer::new(workload, cfg),
             cache: ScoreCache::new(init.n_nodes, init.n_types),
         }
     }
@@ -41,7 +37,7 @@ impl Policy for HamiFrag {
             if let Some(hit) = this.cache.get(n, task.type_id, node.version) {
                 return hit;
             }
-            let res = frag_score(&node.view(), &shape, &this.workload, &this.cfg, &mut this.memo)
+            let res = this.scorer.score(&node.view(), &shape)
                 .map_or((None, None), |s| (Some(s.score), s.gpu));
             this.cache.put(n, task.type_id, node.version, res.0, res.1);
             res

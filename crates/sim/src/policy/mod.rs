@@ -12,14 +12,14 @@ mod hami_frag;
 mod packing;
 mod random;
 
-pub use bestfit::BestFit;
+pub use bestfit::{bestfit_raw, BestFit};
 pub use cache::ScoreCache;
-pub use clustering::Clustering;
-pub use dotprod::DotProd;
-pub use fgd::Fgd;
-pub use hami::{Hami, HamiMode};
+pub use clustering::{clustering_score, Clustering};
+pub use dotprod::{dotprod_score, DotProd};
+pub use fgd::{fgd_node_score, Fgd};
+pub use hami::{hami_device_score, hami_gpus, hami_node_score, Hami, HamiMode};
 pub use hami_frag::HamiFrag;
-pub use packing::Packing;
+pub use packing::{packing_score, Packing};
 pub use random::RandomFit;
 
 use crate::cluster::Cluster;
@@ -61,7 +61,6 @@ pub const POLICY_NAMES: &[&str] = &[
     "hami-binpack",
     "hami-spread",
     "hami-frag",
-    "hami-frag-mem",
 ];
 
 /// Builds a policy by name.
@@ -76,9 +75,6 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
         "hami-binpack" => Box::new(Hami::new(HamiMode::Binpack)),
         "hami-spread" => Box::new(Hami::new(HamiMode::Spread)),
         "hami-frag" => Box::new(HamiFrag::new(init, FragScoreConfig::default())),
-        "hami-frag-mem" => {
-            Box::new(HamiFrag::new(init, FragScoreConfig { mem_aware: true, ..FragScoreConfig::default() }))
-        }
         // `hami-frag:key=value,...` selects a tuning variant (experiments).
         other => match other.strip_prefix("hami-frag:") {
             Some(spec) => Box::new(HamiFrag::new(
