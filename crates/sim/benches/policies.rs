@@ -17,7 +17,12 @@ fn main() -> anyhow::Result<()> {
     for policy in hami_sim::policy::POLICY_NAMES {
         let t = Instant::now();
         let run = exp.run_seed(policy, 42, 1.3, 20)?;
-        println!("{:<14} {:>10.1} {:>14.2}", policy, t.elapsed().as_secs_f64() * 1000.0, run.curve.unalloc_at(100));
+        println!(
+            "{:<14} {:>10.1} {:>14.2}",
+            policy,
+            t.elapsed().as_secs_f64() * 1000.0,
+            run.curve.unalloc_at(100)
+        );
     }
     Ok(())
 }

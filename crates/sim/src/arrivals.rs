@@ -21,7 +21,13 @@ pub struct Arrivals {
 
 /// Builds the arrival stream. `pods` must be the variant's pods (any order;
 /// they are sorted by name first so the result depends only on the seed).
-pub fn sample_arrivals(pods: &[PodRecord], n_nodes: usize, capacity: i64, tune: f64, seed: u64) -> Arrivals {
+pub fn sample_arrivals(
+    pods: &[PodRecord],
+    n_nodes: usize,
+    capacity: i64,
+    tune: f64,
+    seed: u64,
+) -> Arrivals {
     let mut sorted: Vec<PodRecord> = pods.to_vec();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -11,7 +11,7 @@ use serde::Serialize;
 use crate::error::SimError;
 use crate::metrics::{mean_sd, median};
 use crate::policy::POLICY_NAMES;
-use crate::svg::{plot, Series};
+use crate::svg::{Series, plot};
 use crate::{Experiment, SeedRun};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -67,14 +67,25 @@ pub fn parse_seeds(s: &str) -> Result<Vec<u64>, SimError> {
     let s = s.trim();
     if let Some((a, b)) = s.split_once("..") {
         let a: u64 = a.trim().parse().map_err(|_| bad())?;
-        let b: u64 = b.trim().trim_start_matches('=').parse().map_err(|_| bad())?;
+        let b: u64 = b
+            .trim()
+            .trim_start_matches('=')
+            .parse()
+            .map_err(|_| bad())?;
         if b < a || b - a > 100_000 {
             return Err(bad());
         }
         return Ok((a..=b).collect());
     }
-    let seeds = s.split(',').map(|p| p.trim().parse::<u64>().map_err(|_| bad())).collect::<Result<Vec<_>, _>>()?;
-    if seeds.is_empty() { Err(bad()) } else { Ok(seeds) }
+    let seeds = s
+        .split(',')
+        .map(|p| p.trim().parse::<u64>().map_err(|_| bad()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if seeds.is_empty() {
+        Err(bad())
+    } else {
+        Ok(seeds)
+    }
 }
 
 fn parse_policies(s: &str) -> Result<Vec<String>, SimError> {
@@ -82,11 +93,19 @@ fn parse_policies(s: &str) -> Result<Vec<String>, SimError> {
         return Ok(POLICY_NAMES.iter().map(|p| p.to_string()).collect());
     }
     // Policies are separated by `;` when a tuning spec (which uses commas) is given.
-    let sep = if s.contains(';') || s.contains('=') { ';' } else { ',' };
+    let sep = if s.contains(';') || s.contains('=') {
+        ';'
+    } else {
+        ','
+    };
     s.split(sep)
         .map(|p| {
             let p = p.trim();
-            if POLICY_NAMES.contains(&p) || p.starts_with("hami-frag:") { Ok(p.to_string()) } else { Err(SimError::UnknownPolicy(p.to_string())) }
+            if POLICY_NAMES.contains(&p) || p.starts_with("hami-frag:") {
+                Ok(p.to_string())
+            } else {
+                Err(SimError::UnknownPolicy(p.to_string()))
+            }
         })
         .collect()
 }
@@ -127,7 +146,9 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
     let nodes = args.nodes.as_ref().context("--nodes is required")?;
     let pods = args.pods.as_ref().context("--pods is required")?;
     if !(args.tune.is_finite() && args.tune > 0.0) {
-        return Err(SimError::Invalid(format!("--tune must be positive, got {}", args.tune)).into());
+        return Err(
+            SimError::Invalid(format!("--tune must be positive, got {}", args.tune)).into(),
+        );
     }
     if args.slots == 0 {
         return Err(SimError::Invalid("--slots must be at least 1".to_string()).into());
@@ -139,11 +160,20 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
         (Some(a), Some(r)) => Some(exp.load_replay(a, r)?),
         _ => None,
     };
-    let seeds = if replay.is_some() { seeds.into_iter().take(1).collect() } else { seeds };
-    let trace = pods.file_stem().map_or_else(|| pods.display().to_string(), |s| s.to_string_lossy().into_owned());
+    let seeds = if replay.is_some() {
+        seeds.into_iter().take(1).collect()
+    } else {
+        seeds
+    };
+    let trace = pods.file_stem().map_or_else(
+        || pods.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    );
 
-    let jobs: Vec<(String, u64)> =
-        policies.iter().flat_map(|p| seeds.iter().map(move |&s| (p.clone(), s))).collect();
+    let jobs: Vec<(String, u64)> = policies
+        .iter()
+        .flat_map(|p| seeds.iter().map(move |&s| (p.clone(), s)))
+        .collect();
     let run_one = |(policy, seed): &(String, u64)| -> Result<SeedRun, SimError> {
         match &replay {
             Some((arr, ranks)) => exp.run_arrivals(policy, *seed, arr, ranks, args.slots),
@@ -151,7 +181,10 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
         }
     };
     let threads = args.threads.unwrap_or(0);
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("building thread pool")?;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("building thread pool")?;
     let results: Vec<SeedRun> =
         pool.install(|| jobs.par_iter().map(run_one).collect::<Result<Vec<_>, _>>())?;
 
@@ -164,7 +197,12 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
         let (m130, sd130) = mean_sd(&at130);
         let median_curve = (0..=crate::metrics::MAX_X)
             .map(|x| {
-                let m = median(&runs.iter().map(|r| r.curve.unalloc_at(x)).collect::<Vec<_>>());
+                let m = median(
+                    &runs
+                        .iter()
+                        .map(|r| r.curve.unalloc_at(x))
+                        .collect::<Vec<_>>(),
+                );
                 m.is_finite().then_some(r2(m))
             })
             .collect();
@@ -191,9 +229,24 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
     if let Some(path) = &args.curve_out {
         let series: Vec<Series> = reports
             .iter()
-            .map(|r| Series { label: r.policy.clone(), ys: r.median_curve.iter().map(|y| y.unwrap_or(f64::NAN)).collect() })
+            .map(|r| Series {
+                label: r.policy.clone(),
+                ys: r
+                    .median_curve
+                    .iter()
+                    .map(|y| y.unwrap_or(f64::NAN))
+                    .collect(),
+            })
             .collect();
-        let svg = plot(&format!("{trace}: unallocated GPU % (median of {} seeds)", seeds.len()), &series, 75, 130);
+        let svg = plot(
+            &format!(
+                "{trace}: unallocated GPU % (median of {} seeds)",
+                seeds.len()
+            ),
+            &series,
+            75,
+            130,
+        );
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
 
@@ -224,8 +277,12 @@ fn text_report(trace: &str, reports: &[PolicyJson]) -> String {
         let _ = writeln!(
             out,
             "{:<14} {:>9.2} ± {:<5.2} {:>9.2} ± {:<5.2} {:>12.0}",
-            r.policy, r.mean_unallocated_pct_at_100, r.sd_unallocated_pct_at_100, r.mean_unallocated_pct_at_130,
-            r.sd_unallocated_pct_at_130, ms
+            r.policy,
+            r.mean_unallocated_pct_at_100,
+            r.sd_unallocated_pct_at_100,
+            r.mean_unallocated_pct_at_130,
+            r.sd_unallocated_pct_at_130,
+            ms
         );
     }
     let _ = writeln!(out, "\nmedian unallocated GPU % by arrived %:");
@@ -254,7 +311,12 @@ fn text_report(trace: &str, reports: &[PolicyJson]) -> String {
             let cells: Vec<String> = r
                 .runs
                 .iter()
-                .map(|x| format!("{}:{:.2}/{:.2}/{:.0}", x.seed, x.unallocated_pct_at_100, x.unallocated_pct_at_130, x.elapsed_ms))
+                .map(|x| {
+                    format!(
+                        "{}:{:.2}/{:.2}/{:.0}",
+                        x.seed, x.unallocated_pct_at_100, x.unallocated_pct_at_130, x.elapsed_ms
+                    )
+                })
                 .collect();
             let _ = writeln!(out, "{:<14} {}", r.policy, cells.join(" "));
         }

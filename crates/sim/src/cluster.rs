@@ -1,8 +1,8 @@
 //! Cluster state, feasibility filter and bookkeeping (fgd-method §6.4).
 
+use crate::Task;
 use crate::frag::NodeView;
 use crate::trace::NodeRecord;
-use crate::Task;
 
 /// Most GPUs per node the simulator supports (the openb nodes have ≤ 8).
 pub const MAX_GPUS: usize = 8;
@@ -67,7 +67,12 @@ impl NodeState {
     }
 
     pub fn view(&self) -> NodeView<'_> {
-        NodeView { model: self.model, cpu_free: self.cpu_free, mem_free: self.mem_free, gpu_free: self.gpus() }
+        NodeView {
+            model: self.model,
+            cpu_free: self.cpu_free,
+            mem_free: self.mem_free,
+            gpu_free: self.gpus(),
+        }
     }
 
     /// Whether GPU `g` can take a share of `milli` under the slot cap.
@@ -114,12 +119,19 @@ impl Cluster {
     pub fn new(records: &[NodeRecord], slots: u16) -> Self {
         let nodes: Vec<NodeState> = records.iter().map(NodeState::new).collect();
         let total_gpus: i64 = records.iter().map(|r| i64::from(r.gpus)).sum();
-        Self { nodes, capacity: total_gpus * i64::from(GPU_MILLI), total_gpus, slots }
+        Self {
+            nodes,
+            capacity: total_gpus * i64::from(GPU_MILLI),
+            total_gpus,
+            slots,
+        }
     }
 
     /// Books `task` on node `n` using the GPUs in `mask`.
     pub fn apply(&mut self, n: usize, task: &Task, mask: u16) {
-        let Some(node) = self.nodes.get_mut(n) else { return };
+        let Some(node) = self.nodes.get_mut(n) else {
+            return;
+        };
         node.cpu_free -= task.cpu;
         node.mem_free -= task.mem;
         for g in 0..usize::from(node.gpu_count) {
@@ -143,7 +155,9 @@ pub fn best_fit_gpus(node: &NodeState, task: &Task, slots: u16) -> u16 {
     if task.is_sharing() {
         let mut best: Option<usize> = None;
         for g in 0..usize::from(node.gpu_count) {
-            if node.gpu_fits(g, task.milli, slots) && best.is_none_or(|b| node.gpu_free[g] < node.gpu_free[b]) {
+            if node.gpu_fits(g, task.milli, slots)
+                && best.is_none_or(|b| node.gpu_free[g] < node.gpu_free[b])
+            {
                 best = Some(g);
             }
         }

@@ -5,13 +5,20 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: no data rows")]
     Empty { path: PathBuf },
     #[error("{path}: missing column `{column}`")]
     MissingColumn { path: PathBuf, column: String },
     #[error("{path}:{line}: {message}")]
-    Parse { path: PathBuf, line: usize, message: String },
+    Parse {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
     #[error("unknown policy `{0}` (see --list-policies)")]
     UnknownPolicy(String),
     #[error("bad --seeds `{0}`: use A..B (inclusive) or a comma list")]

@@ -129,9 +129,16 @@ impl TypicalWorkload {
     /// ρ: expected CPU milli consumed per milli-GPU of demand, over the whole
     /// mix (CPU-only classes included: they also eat GPU nodes' CPU).
     pub fn cpu_per_gpu_milli(&self) -> f64 {
-        let cpu: f64 = self.classes.iter().map(|c| c.weight * c.cpu_milli as f64).sum();
-        let gpu: f64 =
-            self.classes.iter().map(|c| c.weight * f64::from(c.num_gpu) * f64::from(c.gpu_milli)).sum();
+        let cpu: f64 = self
+            .classes
+            .iter()
+            .map(|c| c.weight * c.cpu_milli as f64)
+            .sum();
+        let gpu: f64 = self
+            .classes
+            .iter()
+            .map(|c| c.weight * f64::from(c.num_gpu) * f64::from(c.gpu_milli))
+            .sum();
         if gpu > 0.0 { cpu / gpu } else { 0.0 }
     }
 
@@ -147,7 +154,10 @@ impl TypicalWorkload {
             .classes
             .iter()
             .zip(&raw)
-            .map(|(c, &w)| TaskClass { weight: if total > 0.0 { w / total } else { 0.0 }, ..c.clone() })
+            .map(|(c, &w)| TaskClass {
+                weight: if total > 0.0 { w / total } else { 0.0 },
+                ..c.clone()
+            })
             .collect();
         Self { classes }
     }
@@ -175,7 +185,8 @@ pub fn node_frag(node: &NodeView<'_>, workload: &TypicalWorkload, mem_aware: boo
     // fitting cases), 2 = Q4 (lack CPU), 3 = XL, 4 = XR, 5 = no access.
     let mut buckets = [0f64; 6];
     for class in &workload.classes {
-        let cpu_ok = node.cpu_free >= class.cpu_milli && (!mem_aware || node.mem_free >= class.mem_mib);
+        let cpu_ok =
+            node.cpu_free >= class.cpu_milli && (!mem_aware || node.mem_free >= class.mem_mib);
         if class.gpu_milli == 0 || class.num_gpu == 0 {
             let b = if cpu_ok { 3 } else { 4 };
             buckets[b] += class.weight * idle as f64;
@@ -262,7 +273,10 @@ pub struct FragMemo {
 
 impl FragMemo {
     pub fn new(mem_aware: bool) -> Self {
-        Self { map: FxHashMap::default(), mem_aware }
+        Self {
+            map: FxHashMap::default(),
+            mem_aware,
+        }
     }
 
     /// F_n(M), memoised when the node state packs into the key.
@@ -374,16 +388,25 @@ impl FragScoreConfig {
     pub fn parse(spec: &str) -> Result<Self, String> {
         let mut cfg = Self::default();
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| format!("expected key=value, got {part:?}"))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| format!("expected key=value, got {part:?}"))?;
             match (k, v) {
                 ("mem", "1" | "true") => cfg.mem_aware = true,
                 ("mem", "0" | "false") => cfg.mem_aware = false,
                 ("primary", "q" | "quantised") => cfg.primary = Primary::Quantised,
                 ("primary", "raw") => cfg.primary = Primary::Raw,
-                ("bucket", b) => cfg.primary = Primary::Bucket(b.parse().map_err(|_| format!("bad bucket {b:?}"))?),
+                ("bucket", b) => {
+                    cfg.primary =
+                        Primary::Bucket(b.parse().map_err(|_| format!("bad bucket {b:?}"))?)
+                }
                 ("strand", l) => cfg.strand = l.parse().map_err(|_| format!("bad strand {l:?}"))?,
-                ("coverage", c) => cfg.coverage_pct = c.parse().map_err(|_| format!("bad coverage {c:?}"))?,
-                ("gpuweight", g) => cfg.gpu_weighting = Some(g.parse().map_err(|_| format!("bad gpuweight {g:?}"))?),
+                ("coverage", c) => {
+                    cfg.coverage_pct = c.parse().map_err(|_| format!("bad coverage {c:?}"))?
+                }
+                ("gpuweight", g) => {
+                    cfg.gpu_weighting = Some(g.parse().map_err(|_| format!("bad gpuweight {g:?}"))?)
+                }
                 ("secondary", "none") => cfg.secondary = Secondary::None,
                 ("secondary", "util") => cfg.secondary = Secondary::Utilisation,
                 ("secondary", "idle") => cfg.secondary = Secondary::LeastIdle,
@@ -432,7 +455,12 @@ pub struct FragScorer {
 impl FragScorer {
     pub fn new(workload: TypicalWorkload, cfg: FragScoreConfig) -> Self {
         let rho = workload.cpu_per_gpu_milli();
-        Self { workload, memo: FragMemo::new(cfg.mem_aware), cfg, rho }
+        Self {
+            workload,
+            memo: FragMemo::new(cfg.mem_aware),
+            cfg,
+            rho,
+        }
     }
 
     pub fn workload(&self) -> &TypicalWorkload {
@@ -445,7 +473,14 @@ impl FragScorer {
 
     /// Scores `task` on `node`; see [`frag_score`].
     pub fn score(&mut self, node: &NodeView<'_>, task: &TaskShape) -> Option<NodeScore> {
-        frag_score(node, task, &self.workload, &self.cfg, self.rho, &mut self.memo)
+        frag_score(
+            node,
+            task,
+            &self.workload,
+            &self.cfg,
+            self.rho,
+            &mut self.memo,
+        )
     }
 }
 
@@ -494,8 +529,12 @@ pub fn frag_score(
                 Some(&(_, p)) => p,
                 None => {
                     let after = after_place(node.gpu_free, task.gpu_milli, 1, Some(i));
-                    let view =
-                        NodeView { model: node.model, cpu_free: cpu_after, mem_free: mem_after, gpu_free: &after };
+                    let view = NodeView {
+                        model: node.model,
+                        cpu_free: cpu_after,
+                        mem_free: mem_after,
+                        gpu_free: &after,
+                    };
                     let p = primary(memo.frag(&view, workload) + strand(&after, cpu_after));
                     if seen_n < MEMO_MAX_GPUS {
                         seen[seen_n] = (r, p);
@@ -512,20 +551,39 @@ pub fn frag_score(
                 best = Some((p, r, i));
             }
         }
-        return best.map(|(p, _, i)| NodeScore { score: p + node_term, gpu: Some(i) });
+        return best.map(|(p, _, i)| NodeScore {
+            score: p + node_term,
+            gpu: Some(i),
+        });
     }
-    let need = if task.num_gpu == 0 || task.gpu_milli == 0 { 0 } else { task.num_gpu };
+    let need = if task.num_gpu == 0 || task.gpu_milli == 0 {
+        0
+    } else {
+        task.num_gpu
+    };
     if need > 0 {
-        let fitting = node.gpu_free.iter().filter(|&&r| r >= task.gpu_milli).count();
+        let fitting = node
+            .gpu_free
+            .iter()
+            .filter(|&&r| r >= task.gpu_milli)
+            .count();
         if fitting < need as usize {
             return None;
         }
     }
     let after = after_place(node.gpu_free, task.gpu_milli, need, None);
-    let view = NodeView { model: node.model, cpu_free: cpu_after, mem_free: mem_after, gpu_free: &after };
+    let view = NodeView {
+        model: node.model,
+        cpu_free: cpu_after,
+        mem_free: mem_after,
+        gpu_free: &after,
+    };
     let p = primary(memo.frag(&view, workload) + strand(&after, cpu_after));
     let used = i64::from(task.gpu_milli) * i64::from(need);
-    Some(NodeScore { score: p + cfg.weight * secondary(used), gpu: None })
+    Some(NodeScore {
+        score: p + cfg.weight * secondary(used),
+        gpu: None,
+    })
 }
 
 #[cfg(test)]
@@ -535,8 +593,22 @@ mod tests {
     fn workload() -> TypicalWorkload {
         TypicalWorkload {
             classes: vec![
-                TaskClass { cpu_milli: 4000, mem_mib: 0, gpu_milli: 500, num_gpu: 1, models: ModelSet::ANY, weight: 0.5 },
-                TaskClass { cpu_milli: 4000, mem_mib: 0, gpu_milli: 1000, num_gpu: 1, models: ModelSet::ANY, weight: 0.5 },
+                TaskClass {
+                    cpu_milli: 4000,
+                    mem_mib: 0,
+                    gpu_milli: 500,
+                    num_gpu: 1,
+                    models: ModelSet::ANY,
+                    weight: 0.5,
+                },
+                TaskClass {
+                    cpu_milli: 4000,
+                    mem_mib: 0,
+                    gpu_milli: 1000,
+                    num_gpu: 1,
+                    models: ModelSet::ANY,
+                    weight: 0.5,
+                },
             ],
         }
     }
@@ -545,10 +617,20 @@ mod tests {
     fn frag_of_half_used_gpu() {
         let w = workload();
         let gpus = [1000, 400];
-        let v = NodeView { model: 0, cpu_free: 8000, mem_free: 0, gpu_free: &gpus };
+        let v = NodeView {
+            model: 0,
+            cpu_free: 8000,
+            mem_free: 0,
+            gpu_free: &gpus,
+        };
         // 500m class: GPU1 (400) is too small → 0.5·400; 1000m class: same → 0.5·400.
         assert!((node_frag(&v, &w, false) - 400.0).abs() < 1e-9);
-        let v = NodeView { model: 0, cpu_free: 1000, mem_free: 0, gpu_free: &gpus };
+        let v = NodeView {
+            model: 0,
+            cpu_free: 1000,
+            mem_free: 0,
+            gpu_free: &gpus,
+        };
         // CPU lacks for both: all idle (1400) counts.
         assert!((node_frag(&v, &w, false) - 1400.0).abs() < 1e-9);
     }
@@ -563,7 +645,13 @@ mod tests {
 
     #[test]
     fn typical_prefix_and_weights() {
-        let key = |cpu, milli| ClassKey { cpu_milli: cpu, gpu_milli: milli, num_gpu: 1, spec: String::new(), models: ModelSet::ANY };
+        let key = |cpu, milli| ClassKey {
+            cpu_milli: cpu,
+            gpu_milli: milli,
+            num_gpu: 1,
+            spec: String::new(),
+            models: ModelSet::ANY,
+        };
         let mut tasks = Vec::new();
         for _ in 0..96 {
             tasks.push((key(1000, 500), 10));
@@ -581,9 +669,19 @@ mod tests {
         let w = workload();
         let mut memo = FragMemo::new(false);
         let cfg = FragScoreConfig::default();
-        let task = TaskShape { cpu_milli: 1000, mem_mib: 0, gpu_milli: 500, num_gpu: 1 };
+        let task = TaskShape {
+            cpu_milli: 1000,
+            mem_mib: 0,
+            gpu_milli: 500,
+            num_gpu: 1,
+        };
         let a = [500, 1000];
-        let v = NodeView { model: 0, cpu_free: 64000, mem_free: 0, gpu_free: &a };
+        let v = NodeView {
+            model: 0,
+            cpu_free: 64000,
+            mem_free: 0,
+            gpu_free: &a,
+        };
         let s = frag_score(&v, &task, &w, &cfg, w.cpu_per_gpu_milli(), &mut memo).map(|s| s.gpu);
         assert_eq!(s, Some(Some(0)));
     }

@@ -20,13 +20,13 @@ pub mod trace;
 
 use std::path::Path;
 
-pub use cli::{run_simulate, SimulateArgs};
+pub use cli::{SimulateArgs, run_simulate};
 pub use error::SimError;
 pub use task::Task;
 
 use frag::TypicalWorkload;
 use metrics::Curve;
-use policy::{make_policy, PolicyInit};
+use policy::{PolicyInit, make_policy};
 use runner::RunOutput;
 use trace::{ModelTable, NodeRecord, PodRecord};
 
@@ -56,9 +56,16 @@ impl Experiment {
         let mut models = ModelTable::default();
         let nodes = trace::load_nodes(nodes, &mut models)?;
         let pods = trace::load_pods(pods, &mut models)?;
-        let workload =
-            TypicalWorkload::from_tasks(pods.iter().map(|p| (p.class_key(), p.memory_mib)), TYPICAL_COVERAGE_PCT);
-        Ok(Self { nodes, pods, models, workload })
+        let workload = TypicalWorkload::from_tasks(
+            pods.iter().map(|p| (p.class_key(), p.memory_mib)),
+            TYPICAL_COVERAGE_PCT,
+        );
+        Ok(Self {
+            nodes,
+            pods,
+            models,
+            workload,
+        })
     }
 
     pub fn capacity(&self) -> i64 {
@@ -66,8 +73,15 @@ impl Experiment {
     }
 
     /// One sampled run (§6.3) of `policy` with `seed`.
-    pub fn run_seed(&self, policy: &str, seed: u64, tune: f64, slots: u16) -> Result<SeedRun, SimError> {
-        let arr = arrivals::sample_arrivals(&self.pods, self.nodes.len(), self.capacity(), tune, seed);
+    pub fn run_seed(
+        &self,
+        policy: &str,
+        seed: u64,
+        tune: f64,
+        slots: u16,
+    ) -> Result<SeedRun, SimError> {
+        let arr =
+            arrivals::sample_arrivals(&self.pods, self.nodes.len(), self.capacity(), tune, seed);
         self.run_arrivals(policy, seed, &arr.pods, &arr.ranks, slots)
     }
 
@@ -81,18 +95,44 @@ impl Experiment {
         slots: u16,
     ) -> Result<SeedRun, SimError> {
         if ranks.len() != self.nodes.len() {
-            return Err(SimError::Invalid(format!("{} ranks for {} nodes", ranks.len(), self.nodes.len())));
+            return Err(SimError::Invalid(format!(
+                "{} ranks for {} nodes",
+                ranks.len(),
+                self.nodes.len()
+            )));
         }
         let (tasks, n_types) = task::to_tasks(pods);
-        let init = PolicyInit { workload: &self.workload, pods: &self.pods, n_nodes: self.nodes.len(), n_types, seed };
+        let init = PolicyInit {
+            workload: &self.workload,
+            pods: &self.pods,
+            n_nodes: self.nodes.len(),
+            n_types,
+            seed,
+        };
         let mut p = make_policy(policy, &init)?;
-        let output = runner::simulate(&self.nodes, &tasks, ranks, &self.workload, p.as_mut(), slots, true);
+        let output = runner::simulate(
+            &self.nodes,
+            &tasks,
+            ranks,
+            &self.workload,
+            p.as_mut(),
+            slots,
+            true,
+        );
         let curve = metrics::bin_events(&output.events, output.total_gpus, output.capacity);
-        Ok(SeedRun { seed, output, curve })
+        Ok(SeedRun {
+            seed,
+            output,
+            curve,
+        })
     }
 
     /// Loads a golden replay (arrival order and node ranks).
-    pub fn load_replay(&mut self, arrivals: &Path, ranks: &Path) -> Result<(Vec<PodRecord>, Vec<u32>), SimError> {
+    pub fn load_replay(
+        &mut self,
+        arrivals: &Path,
+        ranks: &Path,
+    ) -> Result<(Vec<PodRecord>, Vec<u32>), SimError> {
         let pods = trace::load_replay_arrivals(arrivals, &mut self.models)?;
         let ranks = trace::load_replay_ranks(ranks, &self.nodes)?;
         Ok((pods, ranks))

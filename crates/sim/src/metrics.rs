@@ -30,8 +30,14 @@ pub fn round2(x: f64) -> f64 {
 pub fn bin_events(events: &[Event], total_gpus: i64, capacity: i64) -> Curve {
     let g = total_gpus as f64;
     // Same float expression as the paper's merge scripts.
-    let arrive: Vec<i64> = events.iter().map(|e| (e.arrived as f64 / g / 10.0).round_ties_even() as i64).collect();
-    let alloc_e: Vec<f64> = events.iter().map(|e| round2(e.used as f64 / g / 10.0)).collect();
+    let arrive: Vec<i64> = events
+        .iter()
+        .map(|e| (e.arrived as f64 / g / 10.0).round_ties_even() as i64)
+        .collect();
+    let alloc_e: Vec<f64> = events
+        .iter()
+        .map(|e| round2(e.used as f64 / g / 10.0))
+        .collect();
     let mut curve = Curve {
         alloc: vec![f64::NAN; MAX_X + 1],
         unalloc: vec![f64::NAN; MAX_X + 1],
@@ -66,10 +72,18 @@ pub fn bin_events(events: &[Event], total_gpus: i64, capacity: i64) -> Curve {
         let alloc = round2(idx.iter().map(|&i| alloc_e[i]).sum::<f64>() / n);
         curve.alloc[x] = alloc;
         curve.unalloc[x] = round2(100.0 - alloc);
-        curve.frag_amount[x] = round2(100.0 * (idx.iter().map(|&i| events[i].frag).sum::<f64>() / n) / capacity as f64);
+        curve.frag_amount[x] = round2(
+            100.0 * (idx.iter().map(|&i| events[i].frag).sum::<f64>() / n) / capacity as f64,
+        );
         curve.frag_rate[x] = idx
             .iter()
-            .map(|&i| if events[i].idle > 0 { 100.0 * events[i].frag / events[i].idle as f64 } else { 0.0 })
+            .map(|&i| {
+                if events[i].idle > 0 {
+                    100.0 * events[i].frag / events[i].idle as f64
+                } else {
+                    0.0
+                }
+            })
             .sum::<f64>()
             / n;
     }
@@ -98,7 +112,11 @@ pub fn median(xs: &[f64]) -> f64 {
     }
     v.sort_by(f64::total_cmp);
     let m = v.len() / 2;
-    if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 }
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
 }
 
 #[cfg(test)]
@@ -106,7 +124,12 @@ mod tests {
     use super::*;
 
     fn ev(arrived: i64, used: i64) -> Event {
-        Event { arrived, used, frag: 0.0, idle: 1000 - used }
+        Event {
+            arrived,
+            used,
+            frag: 0.0,
+            idle: 1000 - used,
+        }
     }
 
     #[test]

@@ -3,11 +3,11 @@
 
 use std::time::Instant;
 
+use crate::Task;
 use crate::cluster::Cluster;
 use crate::frag::{FragMemo, TypicalWorkload};
 use crate::policy::{Placement, Policy};
 use crate::trace::NodeRecord;
-use crate::Task;
 
 /// State after one arrival (§6.5); all GPU quantities in milli.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -47,7 +47,11 @@ pub fn simulate(
     let mut cluster = Cluster::new(nodes, slots);
     let mut memo = FragMemo::new(false);
     let mut node_frag: Vec<f64> = if track_frag {
-        cluster.nodes.iter().map(|n| memo.frag(&n.view(), workload)).collect()
+        cluster
+            .nodes
+            .iter()
+            .map(|n| memo.frag(&n.view(), workload))
+            .collect()
     } else {
         vec![0.0; cluster.nodes.len()]
     };
@@ -60,9 +64,18 @@ pub fn simulate(
         arrived += task.gpu_request();
         feasible.clear();
         feasible.extend(
-            cluster.nodes.iter().enumerate().filter(|(_, n)| n.feasible(task, slots)).map(|(i, _)| i as u32),
+            cluster
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| n.feasible(task, slots))
+                .map(|(i, _)| i as u32),
         );
-        let placed = if feasible.is_empty() { None } else { policy.place(&cluster, ranks, task, &feasible) };
+        let placed = if feasible.is_empty() {
+            None
+        } else {
+            policy.place(&cluster, ranks, task, &feasible)
+        };
         if let Some(p) = placed {
             cluster.apply(p.node, task, p.gpus);
             idle -= i64::from(p.gpus.count_ones()) * i64::from(task.milli);
@@ -75,7 +88,11 @@ pub fn simulate(
             arrived,
             used: cluster.capacity - idle,
             // Summed afresh in node order so the value does not drift.
-            frag: if track_frag { node_frag.iter().sum() } else { 0.0 },
+            frag: if track_frag {
+                node_frag.iter().sum()
+            } else {
+                0.0
+            },
             idle,
         });
     }
@@ -86,7 +103,13 @@ pub fn simulate(
         mem_cap += rec.memory_mib;
         mem_free += st.mem_free;
     }
-    let pct = |free: i64, cap: i64| if cap > 0 { 100.0 * (cap - free) as f64 / cap as f64 } else { 0.0 };
+    let pct = |free: i64, cap: i64| {
+        if cap > 0 {
+            100.0 * (cap - free) as f64 / cap as f64
+        } else {
+            0.0
+        }
+    };
     RunOutput {
         events,
         decisions,

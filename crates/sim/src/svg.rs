@@ -9,8 +9,10 @@ pub struct Series {
     pub ys: Vec<f64>,
 }
 
-const COLORS: &[&str] =
-    &["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const COLORS: &[&str] = &[
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
 
 /// Plots x ∈ [x_lo, x_hi]; y range fits the data.
 pub fn plot(title: &str, series: &[Series], x_lo: usize, x_hi: usize) -> String {
@@ -35,7 +37,12 @@ pub fn plot(title: &str, series: &[Series], x_lo: usize, x_hi: usize) -> String 
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(out, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(out, r#"<text x="{}" y="22" font-size="14">{}</text>"#, ml, escape(title));
+    let _ = writeln!(
+        out,
+        r#"<text x="{}" y="22" font-size="14">{}</text>"#,
+        ml,
+        escape(title)
+    );
     let _ = writeln!(
         out,
         r#"<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
@@ -78,13 +85,22 @@ pub fn plot(title: &str, series: &[Series], x_lo: usize, x_hi: usize) -> String 
         for x in x_lo..=x_hi {
             match s.ys.get(x) {
                 Some(y) if y.is_finite() => {
-                    let _ = write!(d, "{}{:.1},{:.1} ", if pen_down { "L" } else { "M" }, sx(x), sy(*y));
+                    let _ = write!(
+                        d,
+                        "{}{:.1},{:.1} ",
+                        if pen_down { "L" } else { "M" },
+                        sx(x),
+                        sy(*y)
+                    );
                     pen_down = true;
                 }
                 _ => pen_down = false,
             }
         }
-        let _ = writeln!(out, r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.6"/>"#);
+        let _ = writeln!(
+            out,
+            r#"<path d="{d}" fill="none" stroke="{color}" stroke-width="1.6"/>"#
+        );
         let ly = mt + 14.0 + 18.0 * i as f64;
         let _ = writeln!(
             out,
@@ -101,5 +117,7 @@ pub fn plot(title: &str, series: &[Series], x_lo: usize, x_hi: usize) -> String 
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }

@@ -31,7 +31,12 @@ impl Task {
     }
 
     pub fn shape(&self) -> TaskShape {
-        TaskShape { cpu_milli: self.cpu, mem_mib: self.mem, gpu_milli: self.milli, num_gpu: self.num }
+        TaskShape {
+            cpu_milli: self.cpu,
+            mem_mib: self.mem,
+            gpu_milli: self.milli,
+            num_gpu: self.num,
+        }
     }
 }
 
@@ -42,10 +47,23 @@ pub fn to_tasks(pods: &[PodRecord]) -> (Vec<Task>, usize) {
     let tasks = pods
         .iter()
         .map(|p| {
-            let key = (p.cpu_milli, p.memory_mib, p.num_gpu, p.gpu_milli, p.models.0);
+            let key = (
+                p.cpu_milli,
+                p.memory_mib,
+                p.num_gpu,
+                p.gpu_milli,
+                p.models.0,
+            );
             let next = ids.len() as u32;
             let type_id = *ids.entry(key).or_insert(next);
-            Task { cpu: p.cpu_milli, mem: p.memory_mib, num: p.num_gpu, milli: p.gpu_milli, models: p.models, type_id }
+            Task {
+                cpu: p.cpu_milli,
+                mem: p.memory_mib,
+                num: p.num_gpu,
+                milli: p.gpu_milli,
+                models: p.models,
+                type_id,
+            }
         })
         .collect();
     (tasks, ids.len())

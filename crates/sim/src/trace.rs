@@ -83,14 +83,20 @@ struct Csv {
 
 impl Csv {
     fn read(path: &Path) -> Result<Self, SimError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| SimError::Io { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let mut lines = text.lines().enumerate();
         let header_line = loop {
             match lines.next() {
                 Some((_, l)) if l.trim().is_empty() => continue,
                 Some((_, l)) => break l,
-                None => return Err(SimError::Empty { path: path.to_path_buf() }),
+                None => {
+                    return Err(SimError::Empty {
+                        path: path.to_path_buf(),
+                    });
+                }
             }
         };
         let header = header_line
@@ -103,18 +109,33 @@ impl Csv {
             .filter(|(_, l)| !l.trim().is_empty())
             .map(|(i, l)| (i + 1, l.split(',').map(|f| f.trim().to_string()).collect()))
             .collect();
-        Ok(Self { path: path.to_path_buf(), header, rows })
+        Ok(Self {
+            path: path.to_path_buf(),
+            header,
+            rows,
+        })
     }
 
     fn column(&self, name: &str) -> Result<usize, SimError> {
         self.header
             .get(name)
             .copied()
-            .ok_or_else(|| SimError::MissingColumn { path: self.path.clone(), column: name.to_string() })
+            .ok_or_else(|| SimError::MissingColumn {
+                path: self.path.clone(),
+                column: name.to_string(),
+            })
     }
 
-    fn field<'a>(&self, line: usize, row: &'a [String], col: usize, name: &str) -> Result<&'a str, SimError> {
-        row.get(col).map(String::as_str).ok_or_else(|| self.bad(line, format!("missing field `{name}`")))
+    fn field<'a>(
+        &self,
+        line: usize,
+        row: &'a [String],
+        col: usize,
+        name: &str,
+    ) -> Result<&'a str, SimError> {
+        row.get(col)
+            .map(String::as_str)
+            .ok_or_else(|| self.bad(line, format!("missing field `{name}`")))
     }
 
     fn int(&self, line: usize, row: &[String], col: usize, name: &str) -> Result<i64, SimError> {
@@ -122,12 +143,21 @@ impl Csv {
         // Some exports write integers as "1000.0"; accept those, reject others.
         raw.parse::<i64>()
             .ok()
-            .or_else(|| raw.parse::<f64>().ok().filter(|f| f.fract() == 0.0 && f.abs() < 1e15).map(|f| f as i64))
+            .or_else(|| {
+                raw.parse::<f64>()
+                    .ok()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 1e15)
+                    .map(|f| f as i64)
+            })
             .ok_or_else(|| self.bad(line, format!("field `{name}` is not an integer: {raw:?}")))
     }
 
     fn bad(&self, line: usize, message: String) -> SimError {
-        SimError::Parse { path: self.path.clone(), line, message }
+        SimError::Parse {
+            path: self.path.clone(),
+            line,
+            message,
+        }
     }
 }
 
@@ -148,11 +178,17 @@ pub fn load_nodes(path: &Path, models: &mut ModelTable) -> Result<Vec<NodeRecord
         let gpus = u8::try_from(gpus)
             .ok()
             .filter(|g| usize::from(*g) <= crate::cluster::MAX_GPUS)
-            .ok_or_else(|| csv.bad(line, format!("gpu count {gpus} outside 0..={}", crate::cluster::MAX_GPUS)))?;
+            .ok_or_else(|| {
+                csv.bad(
+                    line,
+                    format!("gpu count {gpus} outside 0..={}", crate::cluster::MAX_GPUS),
+                )
+            })?;
         let model_name = csv.field(line, row, c_model, "model")?;
         let model_name = if model_name == "nan" { "" } else { model_name };
-        let model =
-            models.intern(model_name).ok_or_else(|| csv.bad(line, "more than 64 GPU models".to_string()))?;
+        let model = models
+            .intern(model_name)
+            .ok_or_else(|| csv.bad(line, "more than 64 GPU models".to_string()))?;
         let cpu_milli = csv.int(line, row, c_cpu, "cpu_milli")?;
         let memory_mib = csv.int(line, row, c_mem, "memory_mib")?;
         if cpu_milli < 0 || memory_mib < 0 {
@@ -167,7 +203,9 @@ pub fn load_nodes(path: &Path, models: &mut ModelTable) -> Result<Vec<NodeRecord
         });
     }
     if nodes.is_empty() {
-        return Err(SimError::Empty { path: path.to_path_buf() });
+        return Err(SimError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(nodes)
 }
@@ -191,11 +229,17 @@ fn normalise_pod(
         return Err(format!("num_gpu {num} too large"));
     }
     // d = gpu_milli clamped to (0, 1000]; a non-positive share means no GPU.
-    let (num, d) = if num > 0 && gpu_milli > 0 { (num, gpu_milli.min(1000) as i32) } else { (0, 0) };
+    let (num, d) = if num > 0 && gpu_milli > 0 {
+        (num, gpu_milli.min(1000) as i32)
+    } else {
+        (0, 0)
+    };
     let spec_raw = if spec_raw == "nan" { "" } else { spec_raw };
     let mut set = 0u64;
     for part in spec_raw.split('|').filter(|p| !p.is_empty()) {
-        let id = models.intern(part).ok_or_else(|| "more than 64 GPU models".to_string())?;
+        let id = models
+            .intern(part)
+            .ok_or_else(|| "more than 64 GPU models".to_string())?;
         set |= 1u64 << id;
     }
     Ok(PodRecord {
@@ -238,13 +282,18 @@ pub fn load_pods(path: &Path, models: &mut ModelTable) -> Result<Vec<PodRecord>,
         pods.push(pod);
     }
     if pods.is_empty() {
-        return Err(SimError::Empty { path: path.to_path_buf() });
+        return Err(SimError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(pods)
 }
 
 /// Loads the golden arrival order (`seq,pod,base_pod,cpu_milli,...`).
-pub fn load_replay_arrivals(path: &Path, models: &mut ModelTable) -> Result<Vec<PodRecord>, SimError> {
+pub fn load_replay_arrivals(
+    path: &Path,
+    models: &mut ModelTable,
+) -> Result<Vec<PodRecord>, SimError> {
     // Same columns as a pod list, with `pod` as the name.
     let csv = Csv::read(path)?;
     let c_name = csv.column("pod")?;
@@ -270,7 +319,9 @@ pub fn load_replay_arrivals(path: &Path, models: &mut ModelTable) -> Result<Vec<
         pods.push(pod);
     }
     if pods.is_empty() {
-        return Err(SimError::Empty { path: path.to_path_buf() });
+        return Err(SimError::Empty {
+            path: path.to_path_buf(),
+        });
     }
     Ok(pods)
 }
@@ -290,17 +341,23 @@ pub fn load_replay_ranks(path: &Path, nodes: &[NodeRecord]) -> Result<Vec<u32>, 
     nodes
         .iter()
         .map(|n| {
-            by_name.get(n.name.as_str()).copied().ok_or_else(|| SimError::Parse {
-                path: path.to_path_buf(),
-                line: 0,
-                message: format!("no rank for node {}", n.name),
-            })
+            by_name
+                .get(n.name.as_str())
+                .copied()
+                .ok_or_else(|| SimError::Parse {
+                    path: path.to_path_buf(),
+                    line: 0,
+                    message: format!("no rank for node {}", n.name),
+                })
         })
         .collect()
 }
 
 /// Loads golden decisions (`seq,pod,node,gpu_index`): (node name, GPU indexes).
-pub fn load_decisions(path: &Path) -> Result<Vec<(Option<String>, Vec<u8>)>, SimError> {
+/// One golden decision: the node name (None = rejected) and GPU indexes.
+pub type GoldenDecision = (Option<String>, Vec<u8>);
+
+pub fn load_decisions(path: &Path) -> Result<Vec<GoldenDecision>, SimError> {
     let csv = Csv::read(path)?;
     let c_node = csv.column("node")?;
     let c_gpu = csv.column("gpu_index")?;
@@ -310,7 +367,10 @@ pub fn load_decisions(path: &Path) -> Result<Vec<(Option<String>, Vec<u8>)>, Sim
         let gpus = match row.get(c_gpu).filter(|s| !s.is_empty()) {
             Some(s) => s
                 .split('-')
-                .map(|g| g.parse::<u8>().map_err(|_| csv.bad(*line, format!("bad gpu_index {s:?}"))))
+                .map(|g| {
+                    g.parse::<u8>()
+                        .map_err(|_| csv.bad(*line, format!("bad gpu_index {s:?}")))
+                })
                 .collect::<Result<Vec<_>, _>>()?,
             None => Vec::new(),
         };

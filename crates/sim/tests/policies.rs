@@ -1,13 +1,21 @@
 //! Policy scoring on hand-made nodes (fgd-method §3–§4, hami-protocol §4.2–4.3).
 
-use hami_sim::cluster::{best_fit_gpus, Cluster, NodeState};
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
+
+use hami_sim::Task;
+use hami_sim::cluster::{Cluster, NodeState, best_fit_gpus};
 use hami_sim::frag::{FragMemo, ModelSet, TaskClass, TypicalWorkload};
 use hami_sim::policy::*;
 use hami_sim::trace::NodeRecord;
-use hami_sim::Task;
 
 fn node(gpus: &[i32], cpu_free: i64) -> NodeState {
-    let rec = NodeRecord { name: "n".into(), cpu_milli: 96_000, memory_mib: 1 << 20, gpus: gpus.len() as u8, model: 0 };
+    let rec = NodeRecord {
+        name: "n".into(),
+        cpu_milli: 96_000,
+        memory_mib: 1 << 20,
+        gpus: gpus.len() as u8,
+        model: 0,
+    };
     let mut n = NodeState::new(&rec);
     n.cpu_free = cpu_free;
     n.gpu_free[..gpus.len()].copy_from_slice(gpus);
@@ -15,7 +23,14 @@ fn node(gpus: &[i32], cpu_free: i64) -> NodeState {
 }
 
 fn task(cpu: i64, num: u32, milli: i32) -> Task {
-    Task { cpu, mem: 0, num, milli, models: ModelSet::ANY, type_id: 0 }
+    Task {
+        cpu,
+        mem: 0,
+        num,
+        milli,
+        models: ModelSet::ANY,
+        type_id: 0,
+    }
 }
 
 #[test]
@@ -41,7 +56,13 @@ fn bestfit_normalisation_creates_ties_broken_by_rank() {
     // Raw scores 0, 87 and 88 → normalised 0, 98, 100: the top two differ;
     // with a range of 300 integer division would collapse neighbours.
     let recs: Vec<NodeRecord> = (0..3)
-        .map(|i| NodeRecord { name: format!("n{i}"), cpu_milli: 128_000, memory_mib: 1 << 20, gpus: 8, model: 0 })
+        .map(|i| NodeRecord {
+            name: format!("n{i}"),
+            cpu_milli: 128_000,
+            memory_mib: 1 << 20,
+            gpus: 8,
+            model: 0,
+        })
         .collect();
     let mut cluster = Cluster::new(&recs, 20);
     cluster.nodes[1].gpu_free = [0, 0, 0, 0, 0, 0, 1000, 1000];
@@ -51,9 +72,13 @@ fn bestfit_normalisation_creates_ties_broken_by_rank() {
     let t = task(1000, 1, 1000);
     let mut p = BestFit::default();
     // Nodes 1 and 2 tie; rank decides.
-    let got = p.place(&cluster, &[2, 1, 0], &t, &[0, 1, 2]).map(|p| p.node);
+    let got = p
+        .place(&cluster, &[2, 1, 0], &t, &[0, 1, 2])
+        .map(|p| p.node);
     assert_eq!(got, Some(2));
-    let got = p.place(&cluster, &[2, 0, 1], &t, &[0, 1, 2]).map(|p| p.node);
+    let got = p
+        .place(&cluster, &[2, 0, 1], &t, &[0, 1, 2])
+        .map(|p| p.node);
     assert_eq!(got, Some(1));
 }
 
@@ -98,8 +123,22 @@ fn best_fit_gpu_choice() {
 fn workload() -> TypicalWorkload {
     TypicalWorkload {
         classes: vec![
-            TaskClass { cpu_milli: 4000, mem_mib: 0, gpu_milli: 500, num_gpu: 1, models: ModelSet::ANY, weight: 0.5 },
-            TaskClass { cpu_milli: 4000, mem_mib: 0, gpu_milli: 1000, num_gpu: 1, models: ModelSet::ANY, weight: 0.5 },
+            TaskClass {
+                cpu_milli: 4000,
+                mem_mib: 0,
+                gpu_milli: 500,
+                num_gpu: 1,
+                models: ModelSet::ANY,
+                weight: 0.5,
+            },
+            TaskClass {
+                cpu_milli: 4000,
+                mem_mib: 0,
+                gpu_milli: 1000,
+                num_gpu: 1,
+                models: ModelSet::ANY,
+                weight: 0.5,
+            },
         ],
     }
 }
@@ -116,7 +155,10 @@ fn fgd_picks_gpu_that_keeps_whole_gpus() {
     assert_eq!(score, Some(56.0));
     // Equal GPUs: the first index wins.
     let n = node(&[1000, 1000], 96_000);
-    assert_eq!(fgd_node_score(&n, &task(1000, 1, 300), 20, &w, &mut memo).1, Some(0));
+    assert_eq!(
+        fgd_node_score(&n, &task(1000, 1, 300), 20, &w, &mut memo).1,
+        Some(0)
+    );
 }
 
 #[test]
@@ -138,22 +180,42 @@ fn hami_frag_uses_cpu_stranding() {
     // Two identical-GPU nodes; the CPU-poor one would strand its GPUs if it
     // took a CPU-heavy task, so our policy picks the CPU-rich node.
     let recs: Vec<NodeRecord> = (0..2)
-        .map(|i| NodeRecord { name: format!("n{i}"), cpu_milli: 96_000, memory_mib: 1 << 20, gpus: 8, model: 0 })
+        .map(|i| NodeRecord {
+            name: format!("n{i}"),
+            cpu_milli: 96_000,
+            memory_mib: 1 << 20,
+            gpus: 8,
+            model: 0,
+        })
         .collect();
     let mut cluster = Cluster::new(&recs, 20);
     cluster.nodes[0].cpu_free = 40_000;
     let w = workload();
     let pods = [];
-    let init = PolicyInit { workload: &w, pods: &pods, n_nodes: 2, n_types: 1, seed: 1 };
+    let init = PolicyInit {
+        workload: &w,
+        pods: &pods,
+        n_nodes: 2,
+        n_types: 1,
+        seed: 1,
+    };
     let mut p = make_policy("hami-frag", &init).unwrap();
-    let got = p.place(&cluster, &[0, 1], &task(24_000, 1, 500), &[0, 1]).map(|p| p.node);
+    let got = p
+        .place(&cluster, &[0, 1], &task(24_000, 1, 500), &[0, 1])
+        .map(|p| p.node);
     assert_eq!(got, Some(1));
 }
 
 #[test]
 fn unknown_policy_is_an_error() {
     let w = workload();
-    let init = PolicyInit { workload: &w, pods: &[], n_nodes: 1, n_types: 1, seed: 1 };
+    let init = PolicyInit {
+        workload: &w,
+        pods: &[],
+        n_nodes: 1,
+        n_types: 1,
+        seed: 1,
+    };
     assert!(make_policy("nope", &init).is_err());
     assert!(make_policy("hami-frag:strand=x", &init).is_err());
     assert!(make_policy("hami-frag:strand=0.5,mem=0", &init).is_ok());

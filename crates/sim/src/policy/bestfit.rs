@@ -2,9 +2,9 @@
 //! framework's min-max normalisation (integer division creates the ties the
 //! paper's runs had). GPU: best fit.
 
-use super::{pick_best, Placement, Policy};
-use crate::cluster::{best_fit_gpus, Cluster, NodeState};
+use super::{Placement, Policy, pick_best};
 use crate::Task;
+use crate::cluster::{Cluster, NodeState, best_fit_gpus};
 
 #[derive(Debug, Default)]
 pub struct BestFit {
@@ -19,7 +19,13 @@ pub fn bestfit_raw(node: &NodeState, task: &Task) -> i64 {
 }
 
 impl Policy for BestFit {
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
         self.raw.clear();
         self.raw.resize(cluster.nodes.len(), 0);
         let (mut lo, mut hi) = (i64::MAX, i64::MIN);
@@ -31,9 +37,16 @@ impl Policy for BestFit {
         }
         let raw = &self.raw;
         let node = pick_best(feasible, ranks, |n| {
-            let norm = if hi > lo { (raw[n] - lo) * 100 / (hi - lo) } else { 0 };
+            let norm = if hi > lo {
+                (raw[n] - lo) * 100 / (hi - lo)
+            } else {
+                0
+            };
             Some(norm as f64)
         })?;
-        Some(Placement { node, gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots) })
+        Some(Placement {
+            node,
+            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
+        })
     }
 }

@@ -1,9 +1,9 @@
 //! GPU Clustering: keep sharing and whole-GPU tasks on separate nodes.
 //! GPU: best fit.
 
-use super::{pick_best, Placement, Policy};
-use crate::cluster::{best_fit_gpus, cluster_tag, Cluster, NodeState};
+use super::{Placement, Policy, pick_best};
 use crate::Task;
+use crate::cluster::{Cluster, NodeState, best_fit_gpus, cluster_tag};
 
 #[derive(Debug, Default)]
 pub struct Clustering;
@@ -26,8 +26,19 @@ pub fn clustering_score(node: &NodeState, task: &Task) -> i64 {
 }
 
 impl Policy for Clustering {
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
-        let node = pick_best(feasible, ranks, |n| Some(clustering_score(&cluster.nodes[n], task) as f64))?;
-        Some(Placement { node, gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots) })
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
+        let node = pick_best(feasible, ranks, |n| {
+            Some(clustering_score(&cluster.nodes[n], task) as f64)
+        })?;
+        Some(Placement {
+            node,
+            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
+        })
     }
 }

@@ -1,9 +1,9 @@
 //! Dot-product (Tetris-style): node vector (free CPU/128000, free GPU/8000)
 //! against the task vector; a smaller product scores higher. GPU: best fit.
 
-use super::{pick_best, Placement, Policy};
-use crate::cluster::{best_fit_gpus, Cluster, NodeState};
+use super::{Placement, Policy, pick_best};
 use crate::Task;
+use crate::cluster::{Cluster, NodeState, best_fit_gpus};
 
 #[derive(Debug, Default)]
 pub struct DotProd;
@@ -19,8 +19,19 @@ pub fn dotprod_score(node: &NodeState, task: &Task) -> i64 {
 }
 
 impl Policy for DotProd {
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
-        let node = pick_best(feasible, ranks, |n| Some(dotprod_score(&cluster.nodes[n], task) as f64))?;
-        Some(Placement { node, gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots) })
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
+        let node = pick_best(feasible, ranks, |n| {
+            Some(dotprod_score(&cluster.nodes[n], task) as f64)
+        })?;
+        Some(Placement {
+            node,
+            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
+        })
     }
 }

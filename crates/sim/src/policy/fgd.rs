@@ -1,10 +1,10 @@
 //! FGD (fgd-method §3.3): the node and GPU whose placement increases the
 //! expected fragmentation least, scored ⌊100·σ(Δ/1000)⌋.
 
-use super::{pick_best, Placement, Policy, PolicyInit, ScoreCache};
-use crate::cluster::{lowest_fitting_gpus, Cluster, NodeState};
-use crate::frag::{after_place, fgd_score, FragMemo, NodeView, TypicalWorkload, MEMO_MAX_GPUS};
+use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
+use crate::cluster::{Cluster, NodeState, lowest_fitting_gpus};
+use crate::frag::{FragMemo, MEMO_MAX_GPUS, NodeView, TypicalWorkload, after_place, fgd_score};
 
 #[derive(Debug)]
 pub struct Fgd {
@@ -48,8 +48,12 @@ pub fn fgd_node_score(
                 Some(&(_, s)) => s,
                 None => {
                     let after = after_place(node.gpus(), task.milli, 1, Some(g));
-                    let view =
-                        NodeView { model: node.model, cpu_free: cpu_after, mem_free: node.mem_free, gpu_free: &after };
+                    let view = NodeView {
+                        model: node.model,
+                        cpu_free: cpu_after,
+                        mem_free: node.mem_free,
+                        gpu_free: &after,
+                    };
                     let s = fgd_score(before, memo.frag(&view, workload));
                     if seen_n < MEMO_MAX_GPUS {
                         seen[seen_n] = (r, s);
@@ -68,12 +72,26 @@ pub fn fgd_node_score(
         };
     }
     let after = after_place(node.gpus(), task.milli, task.num, None);
-    let view = NodeView { model: node.model, cpu_free: cpu_after, mem_free: node.mem_free, gpu_free: &after };
-    (Some(fgd_score(before, memo.frag(&view, workload)) as f64), None)
+    let view = NodeView {
+        model: node.model,
+        cpu_free: cpu_after,
+        mem_free: node.mem_free,
+        gpu_free: &after,
+    };
+    (
+        Some(fgd_score(before, memo.frag(&view, workload)) as f64),
+        None,
+    )
 }
 
 impl Policy for Fgd {
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
         let gpu_of = |n: usize, this: &mut Self| -> (Option<f64>, Option<usize>) {
             let node = &cluster.nodes[n];
             if let Some(hit) = this.cache.get(n, task.type_id, node.version) {

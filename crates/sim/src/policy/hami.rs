@@ -8,9 +8,9 @@
 //! (spread) with a stable sort and walked from the end, as HAMi's NVIDIA Fit
 //! does. HAMi breaks equal node scores by goroutine timing; we use the rank.
 
-use super::{pick_best, Placement, Policy};
-use crate::cluster::{Cluster, NodeState, GPU_MILLI};
+use super::{Placement, Policy, pick_best};
 use crate::Task;
+use crate::cluster::{Cluster, GPU_MILLI, NodeState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HamiMode {
@@ -35,7 +35,12 @@ pub fn hami_node_score(node: &NodeState, slots: u16) -> f64 {
     if g == 0.0 || slots == 0 {
         return 0.0;
     }
-    let used_slots: f64 = node.gpus().iter().zip(&node.gpu_tasks).map(|(_, &t)| f64::from(t)).sum();
+    let used_slots: f64 = node
+        .gpus()
+        .iter()
+        .zip(&node.gpu_tasks)
+        .map(|(_, &t)| f64::from(t))
+        .sum();
     let used_milli = (i64::from(node.gpu_count) * i64::from(GPU_MILLI) - node.idle()) as f64;
     let cap = g * f64::from(GPU_MILLI);
     10.0 * (used_slots / (g * f64::from(slots)) + 2.0 * used_milli / cap)
@@ -54,8 +59,9 @@ pub fn hami_gpus(node: &NodeState, task: &Task, slots: u16, mode: HamiMode) -> u
     if task.num == 0 {
         return 0;
     }
-    let mut order: Vec<(f64, usize)> =
-        (0..usize::from(node.gpu_count)).map(|g| (hami_device_score(node, g, task.milli, slots), g)).collect();
+    let mut order: Vec<(f64, usize)> = (0..usize::from(node.gpu_count))
+        .map(|g| (hami_device_score(node, g, task.milli, slots), g))
+        .collect();
     match mode {
         HamiMode::Binpack => order.sort_by(|a, b| a.0.total_cmp(&b.0)),
         HamiMode::Spread => order.sort_by(|a, b| b.0.total_cmp(&a.0)),
@@ -75,9 +81,24 @@ pub fn hami_gpus(node: &NodeState, task: &Task, slots: u16, mode: HamiMode) -> u
 }
 
 impl Policy for Hami {
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
-        let sign = if self.mode == HamiMode::Binpack { 1.0 } else { -1.0 };
-        let node = pick_best(feasible, ranks, |n| Some(sign * hami_node_score(&cluster.nodes[n], cluster.slots)))?;
-        Some(Placement { node, gpus: hami_gpus(&cluster.nodes[node], task, cluster.slots, self.mode) })
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
+        let sign = if self.mode == HamiMode::Binpack {
+            1.0
+        } else {
+            -1.0
+        };
+        let node = pick_best(feasible, ranks, |n| {
+            Some(sign * hami_node_score(&cluster.nodes[n], cluster.slots))
+        })?;
+        Some(Placement {
+            node,
+            gpus: hami_gpus(&cluster.nodes[node], task, cluster.slots, self.mode),
+        })
     }
 }

@@ -1,10 +1,10 @@
 //! Our fragmentation-aware policy: the scoring lives in `crate::frag` so the
 //! live scheduler can reuse it; this adapter adds caching and GPU masks.
 
-use super::{pick_best, Placement, Policy, PolicyInit, ScoreCache};
-use crate::cluster::{lowest_fitting_gpus, Cluster};
-use crate::frag::{FragScoreConfig, FragScorer, TypicalWorkload};
+use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
+use crate::cluster::{Cluster, lowest_fitting_gpus};
+use crate::frag::{FragScoreConfig, FragScorer, TypicalWorkload};
 
 #[derive(Debug)]
 pub struct HamiFrag {
@@ -17,7 +17,10 @@ impl HamiFrag {
         let mut workload = if cfg.coverage_pct == crate::TYPICAL_COVERAGE_PCT {
             init.workload.clone()
         } else {
-            TypicalWorkload::from_tasks(init.pods.iter().map(|p| (p.class_key(), p.memory_mib)), cfg.coverage_pct)
+            TypicalWorkload::from_tasks(
+                init.pods.iter().map(|p| (p.class_key(), p.memory_mib)),
+                cfg.coverage_pct,
+            )
         };
         if let Some(bias) = cfg.gpu_weighting {
             workload = workload.reweighted_by_gpu(bias);
@@ -30,14 +33,22 @@ impl HamiFrag {
 }
 
 impl Policy for HamiFrag {
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
         let shape = task.shape();
         let score_of = |n: usize, this: &mut Self| -> (Option<f64>, Option<usize>) {
             let node = &cluster.nodes[n];
             if let Some(hit) = this.cache.get(n, task.type_id, node.version) {
                 return hit;
             }
-            let res = this.scorer.score(&node.view(), &shape)
+            let res = this
+                .scorer
+                .score(&node.view(), &shape)
                 .map_or((None, None), |s| (Some(s.score), s.gpu));
             this.cache.put(n, task.type_id, node.version, res.0, res.1);
             res

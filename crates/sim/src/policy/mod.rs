@@ -12,20 +12,20 @@ mod hami_frag;
 mod packing;
 mod random;
 
-pub use bestfit::{bestfit_raw, BestFit};
+pub use bestfit::{BestFit, bestfit_raw};
 pub use cache::ScoreCache;
-pub use clustering::{clustering_score, Clustering};
-pub use dotprod::{dotprod_score, DotProd};
-pub use fgd::{fgd_node_score, Fgd};
-pub use hami::{hami_device_score, hami_gpus, hami_node_score, Hami, HamiMode};
+pub use clustering::{Clustering, clustering_score};
+pub use dotprod::{DotProd, dotprod_score};
+pub use fgd::{Fgd, fgd_node_score};
+pub use hami::{Hami, HamiMode, hami_device_score, hami_gpus, hami_node_score};
 pub use hami_frag::HamiFrag;
-pub use packing::{packing_score, Packing};
+pub use packing::{Packing, packing_score};
 pub use random::RandomFit;
 
+use crate::Task;
 use crate::cluster::Cluster;
 use crate::error::SimError;
 use crate::frag::{FragScoreConfig, TypicalWorkload};
-use crate::Task;
 
 /// Node and GPU(s) chosen for a task; `gpus` is a bitmask of GPU indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,7 +47,13 @@ pub struct PolicyInit<'a> {
 
 pub trait Policy: Send {
     /// Chooses among `feasible` (non-empty) node indexes.
-    fn place(&mut self, cluster: &Cluster, ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement>;
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement>;
 }
 
 /// All policy names, in the order `--list-policies` prints them.
@@ -79,7 +85,8 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
         other => match other.strip_prefix("hami-frag:") {
             Some(spec) => Box::new(HamiFrag::new(
                 init,
-                FragScoreConfig::parse(spec).map_err(|e| SimError::Invalid(format!("{other}: {e}")))?,
+                FragScoreConfig::parse(spec)
+                    .map_err(|e| SimError::Invalid(format!("{other}: {e}")))?,
             )),
             None => return Err(SimError::UnknownPolicy(other.to_string())),
         },

@@ -5,8 +5,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use super::{Placement, Policy};
-use crate::cluster::{lowest_fitting_gpus, Cluster};
 use crate::Task;
+use crate::cluster::{Cluster, lowest_fitting_gpus};
 
 #[derive(Debug)]
 pub struct RandomFit {
@@ -16,12 +16,20 @@ pub struct RandomFit {
 impl RandomFit {
     pub fn new(seed: u64) -> Self {
         // A stream separate from the arrival stream of the same seed.
-        Self { rng: ChaCha8Rng::seed_from_u64(seed ^ 0x5EED_0F_7A5C) }
+        Self {
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x005E_ED0F_7A5C),
+        }
     }
 }
 
 impl Policy for RandomFit {
-    fn place(&mut self, cluster: &Cluster, _ranks: &[u32], task: &Task, feasible: &[u32]) -> Option<Placement> {
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        _ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement> {
         if feasible.is_empty() {
             return None;
         }
