@@ -1,0 +1,116 @@
+//! Placement policies. Each policy sees the feasible nodes (already filtered
+//! by §6.4) and returns the chosen node and GPUs. Node ties always go to the
+//! lowest per-seed rank, as in the paper's forked kube-scheduler.
+
+mod bestfit;
+mod cache;
+mod clustering;
+mod dotprod;
+mod fgd;
+mod hami;
+mod hami_frag;
+mod packing;
+mod random;
+
+pub use bestfit::{BestFit, bestfit_raw};
+pub use cache::ScoreCache;
+pub use clustering::{Clustering, clustering_score};
+pub use dotprod::{DotProd, dotprod_score};
+pub use fgd::{Fgd, fgd_node_score};
+pub use hami::{Hami, HamiMode, hami_device_score, hami_gpus, hami_node_score};
+pub use hami_frag::HamiFrag;
+pub use packing::{Packing, packing_score};
+pub use random::RandomFit;
+
+use crate::Task;
+use crate::cluster::Cluster;
+use crate::error::SimError;
+use crate::frag::{FragScoreConfig, TypicalWorkload};
+
+/// Node and GPU(s) chosen for a task; `gpus` is a bitmask of GPU indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement {
+    pub node: usize,
+    pub gpus: u16,
+}
+
+/// What a policy may need at construction time.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyInit<'a> {
+    pub workload: &'a TypicalWorkload,
+    /// The variant's original pods (for policies that derive their own M).
+    pub pods: &'a [crate::trace::PodRecord],
+    pub n_nodes: usize,
+    pub n_types: usize,
+    pub seed: u64,
+}
+
+pub trait Policy: Send {
+    /// Chooses among `feasible` (non-empty) node indexes.
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        ranks: &[u32],
+        task: &Task,
+        feasible: &[u32],
+    ) -> Option<Placement>;
+}
+
+/// All policy names, in the order `--list-policies` prints them.
+pub const POLICY_NAMES: &[&str] = &[
+    "random",
+    "dotprod",
+    "clustering",
+    "packing",
+    "bestfit",
+    "fgd",
+    "hami-binpack",
+    "hami-spread",
+    "hami-frag",
+];
+
+/// Builds a policy by name.
+pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>, SimError> {
+    Ok(match name {
+        "random" => Box::new(RandomFit::new(init.seed)),
+        "dotprod" => Box::new(DotProd),
+        "clustering" => Box::new(Clustering),
+        "packing" => Box::new(Packing),
+        "bestfit" => Box::new(BestFit::default()),
+        "fgd" => Box::new(Fgd::new(init)),
+        "hami-binpack" => Box::new(Hami::new(HamiMode::Binpack)),
+        "hami-spread" => Box::new(Hami::new(HamiMode::Spread)),
+        "hami-frag" => Box::new(HamiFrag::new(init, FragScoreConfig::default())),
+        // `hami-frag:key=value,...` selects a tuning variant (experiments).
+        other => match other.strip_prefix("hami-frag:") {
+            Some(spec) => Box::new(HamiFrag::new(
+                init,
+                FragScoreConfig::parse(spec)
+                    .map_err(|e| SimError::Invalid(format!("{other}: {e}")))?,
+            )),
+            None => return Err(SimError::UnknownPolicy(other.to_string())),
+        },
+    })
+}
+
+/// Argmax of `score` over `feasible`; equal scores go to the lowest rank.
+/// Nodes scored `None` are skipped.
+pub fn pick_best<F>(feasible: &[u32], ranks: &[u32], mut score: F) -> Option<usize>
+where
+    F: FnMut(usize) -> Option<f64>,
+{
+    let mut best: Option<(f64, u32, usize)> = None;
+    for &n in feasible {
+        let n = n as usize;
+        let Some(s) = score(n) else { continue };
+        let r = ranks.get(n).copied().unwrap_or(u32::MAX);
+        let better = match best {
+            None => true,
+            Some((bs, br, _)) => s > bs || (s == bs && r < br),
+        };
+        if better {
+            best = Some((s, r, n));
+        }
+    }
+    best.map(|(_, _, n)| n)
+}

@@ -1,0 +1,121 @@
+//! Exact replay against the paper simulator's seed-42 decisions
+//! (`shared/fgd-golden`, fgd-method §6.7).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
+
+use std::path::PathBuf;
+
+use hami_sim::policy::Placement;
+use hami_sim::trace::load_decisions;
+use hami_sim::{Experiment, SeedRun};
+
+fn shared() -> PathBuf {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
+    assert!(
+        p.join("fgd-golden/seed42_arrivals.csv").exists()
+            && p.join("openb/openb_pod_list_default.csv").exists(),
+        "golden data not found under {}: the repository expects ../shared (openb/ and fgd-golden/) beside it",
+        p.display()
+    );
+    p
+}
+
+fn replay(policy: &str) -> (Experiment, SeedRun) {
+    let s = shared();
+    let mut exp = Experiment::load(
+        &s.join("openb/openb_node_list_gpu_node.csv"),
+        &s.join("openb/openb_pod_list_default.csv"),
+    )
+    .unwrap();
+    let (pods, ranks) = exp
+        .load_replay(
+            &s.join("fgd-golden/seed42_arrivals.csv"),
+            &s.join("fgd-golden/seed42_node_rank.csv"),
+        )
+        .unwrap();
+    assert_eq!(pods.len(), 10_866);
+    let run = exp.run_arrivals(policy, 42, &pods, &ranks, 20).unwrap();
+    (exp, run)
+}
+
+fn final_alloc(run: &SeedRun) -> f64 {
+    run.curve.alloc[130]
+}
+
+fn check_decisions(policy: &str, file: &str) {
+    let (exp, run) = replay(policy);
+    let golden = load_decisions(&shared().join("fgd-golden").join(file)).unwrap();
+    assert_eq!(golden.len(), run.output.decisions.len());
+    let mut matched = 0usize;
+    let mut first_mismatch = None;
+    for (i, (got, (node, gpus))) in run.output.decisions.iter().zip(&golden).enumerate() {
+        let got_node = got.map(|p: Placement| exp.nodes[p.node].name.clone());
+        let got_gpus: Vec<u8> = got.map_or(Vec::new(), |p| {
+            (0..8).filter(|g| p.gpus & (1 << g) != 0).collect()
+        });
+        if got_node == *node && got_gpus == *gpus {
+            matched += 1;
+        } else if first_mismatch.is_none() {
+            first_mismatch = Some((i, got_node, got_gpus, node.clone(), gpus.clone()));
+        }
+    }
+    assert_eq!(
+        matched,
+        golden.len(),
+        "{policy}: {matched} matched; first mismatch {first_mismatch:?}"
+    );
+}
+
+#[test]
+fn fgd_matches_every_golden_decision() {
+    check_decisions("fgd", "seed42_decisions_fgd.csv");
+}
+
+#[test]
+fn bestfit_matches_every_golden_decision() {
+    check_decisions("bestfit", "seed42_decisions_bestfit.csv");
+}
+
+#[test]
+fn deterministic_baselines_match_published_seed42() {
+    for (policy, expected) in [
+        ("dotprod", 90.54),
+        ("packing", 91.57),
+        ("clustering", 91.53),
+    ] {
+        let (_, run) = replay(policy);
+        assert_eq!(final_alloc(&run), expected, "{policy} final allocation");
+    }
+}
+
+#[test]
+fn fgd_and_bestfit_curves_match_published_seed42() {
+    let (_, fgd) = replay("fgd");
+    assert_eq!(
+        [
+            fgd.curve.alloc[90],
+            fgd.curve.alloc[95],
+            fgd.curve.alloc[100],
+            fgd.curve.alloc[130]
+        ],
+        [89.98, 94.92, 95.14, 95.29]
+    );
+    assert_eq!(
+        [
+            fgd.curve.frag_amount[90],
+            fgd.curve.frag_amount[95],
+            fgd.curve.frag_amount[100]
+        ],
+        [4.97, 4.72, 4.83]
+    );
+    let (_, bf) = replay("bestfit");
+    assert_eq!(
+        [
+            bf.curve.alloc[90],
+            bf.curve.alloc[95],
+            bf.curve.alloc[100],
+            bf.curve.alloc[130]
+        ],
+        [89.98, 92.87, 92.94, 93.13]
+    );
+}
