@@ -78,6 +78,9 @@ impl DeviceSelector {
     /// may be used. Substring matching lets users write `V100` rather than the full model
     /// string, which differs between driver versions.
     pub fn type_allowed(&self, device_type: &str) -> bool {
+        if self.use_types.is_empty() && self.nouse_types.is_empty() {
+            return true; // the common case, on the scheduler's hot path: no allocation
+        }
         let device_type = device_type.to_lowercase();
         let matches_any = |list: &[String]| {
             list.iter()
