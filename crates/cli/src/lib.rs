@@ -23,6 +23,9 @@ pub enum Command {
     Decode(DecodeCommand),
     /// Explain where the scheduler would place a pod, and why every other node fails.
     Explain(ExplainArgs),
+    /// Replay a GPU trace (Alibaba openb format) against a placement policy and report
+    /// the unallocated GPU share, as in the FGD paper's experiments.
+    Simulate(hami_sim::SimulateArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -79,5 +82,6 @@ pub fn run(cli: &Cli) -> anyhow::Result<String> {
         Command::Decode(DecodeCommand::NodeRegister { value }) => decode::node_register(value),
         Command::Decode(DecodeCommand::PodDevices { value }) => decode::pod_devices(value),
         Command::Explain(args) => explain::run(args),
+        Command::Simulate(args) => hami_sim::run_simulate(args),
     }
 }

@@ -180,3 +180,52 @@ fn explain_rejects_unknown_policy_flags() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("binpak"));
 }
+
+#[test]
+fn simulate_lists_policies_and_replays_a_small_trace() {
+    let out = hamictl(&["simulate", "--list-policies"]);
+    assert!(out.status.success());
+    let names = String::from_utf8_lossy(&out.stdout);
+    for p in ["random", "dotprod", "clustering", "packing", "bestfit", "fgd", "hami-binpack", "hami-spread", "hami-frag"] {
+        assert!(names.lines().any(|l| l == p), "{p} missing from {names}");
+    }
+
+    let dir = std::env::temp_dir().join(format!("hamictl-sim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let nodes = dir.join("nodes.csv");
+    let pods = dir.join("pods.csv");
+    std::fs::write(
+        &nodes,
+        "sn,cpu_milli,memory_mib,gpu,model\nnode-0,64000,262144,2,T4\nnode-1,64000,262144,4,V100M32\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &pods,
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np-0,4000,1000,1,500,\np-1,8000,2000,1,1000,V100M32\np-2,4000,1000,2,1000,\np-3,2000,1000,1,250,T4\n",
+    )
+    .unwrap();
+    let v = json_of(&hamictl(&[
+        "simulate",
+        "--nodes",
+        nodes.to_str().unwrap(),
+        "--pods",
+        pods.to_str().unwrap(),
+        "--policy",
+        "hami-binpack",
+        "--seeds",
+        "1..3",
+        "-o",
+        "json",
+    ]));
+    assert_eq!(v["policy"], "hami-binpack");
+    assert_eq!(v["runs"].as_array().unwrap().len(), 3);
+    for run in v["runs"].as_array().unwrap() {
+        let u = run["unallocated_pct_at_130"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&u), "{run}");
+    }
+    assert!(v["mean_unallocated_pct_at_100"].is_number());
+
+    let out = hamictl(&["simulate", "--nodes", "/nonexistent.csv", "--pods", pods.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).ok();
+}
