@@ -106,8 +106,14 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     let annotations = chosen
         .map(|(node, fit)| allocation_annotations(&registry, node, fit, now))
         .unwrap_or_default();
-    let failed = placement.as_ref().map(|p| p.failed.clone()).unwrap_or_default();
-    let scores = placement.as_ref().map(|p| p.scores.clone()).unwrap_or_default();
+    let failed = placement
+        .as_ref()
+        .map(|p| p.failed.clone())
+        .unwrap_or_default();
+    let scores = placement
+        .as_ref()
+        .map(|p| p.scores.clone())
+        .unwrap_or_default();
 
     match args.output {
         OutputFormat::Json => {
@@ -177,12 +183,22 @@ fn render_text(r: TextReport<'_>) -> String {
         let _ = writeln!(s, "the pod asks for no managed device: any node will do");
         return s;
     }
-    let width = r.candidates.iter().map(String::len).max().unwrap_or(4).max(4);
+    let width = r
+        .candidates
+        .iter()
+        .map(String::len)
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let _ = writeln!(s, "\n{:<width$}  RESULT", "NODE");
     for n in r.candidates {
         let line = match (r.scores.get(n), r.failed.get(n)) {
             (Some(score), _) => {
-                let mark = if Some(n.as_str()) == r.chosen { "  <- chosen" } else { "" };
+                let mark = if Some(n.as_str()) == r.chosen {
+                    "  <- chosen"
+                } else {
+                    ""
+                };
                 format!("fits, node score {score:.2}{mark}")
             }
             (None, Some(reason)) => format!("no: {reason}"),

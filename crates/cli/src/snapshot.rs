@@ -47,7 +47,11 @@ pub fn load_snapshot(path: &Path) -> anyhow::Result<Snapshot> {
     };
     let mut snap = Snapshot::default();
     for (i, item) in items.into_iter().enumerate() {
-        let kind = item.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+        let kind = item
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         match kind.as_str() {
             "Node" => match serde_json::from_value::<Node>(item) {
                 Ok(n) => snap.nodes.push(n),
@@ -69,7 +73,10 @@ pub fn load_pod(path: &Path) -> anyhow::Result<Pod> {
     let doc = parse_document(path)?;
     match doc.get("kind").and_then(Value::as_str) {
         Some("Pod") | None => {}
-        Some(other) => bail!("{}: expected a Pod manifest, got kind {other}", path.display()),
+        Some(other) => bail!(
+            "{}: expected a Pod manifest, got kind {other}",
+            path.display()
+        ),
     }
     serde_json::from_value(doc).with_context(|| format!("{}: not a valid Pod", path.display()))
 }

@@ -1,5 +1,7 @@
 //! `hamictl` end to end: the real binary on hand-written inputs.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -39,8 +41,15 @@ fn decode_node_register_json_and_legacy() {
     assert_eq!(v[0]["count"], 5);
     assert_eq!(v[0]["devmem"], 8192);
     assert_eq!(v[0]["health"], true);
-    let keys: Vec<&str> = v[0].as_object().unwrap().keys().map(String::as_str).collect();
-    let mut expected = vec!["id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health"];
+    let keys: Vec<&str> = v[0]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut expected = vec![
+        "id", "index", "count", "devmem", "devcore", "type", "numa", "mode", "health",
+    ];
     expected.sort();
     let mut keys_sorted = keys.clone();
     keys_sorted.sort();
@@ -60,7 +69,10 @@ fn decode_rejects_garbage_with_exit_1() {
     let out = hamictl(&["decode", "node-register", "no separator here"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("node annotation missing device separator"), "{err}");
+    assert!(
+        err.contains("node annotation missing device separator"),
+        "{err}"
+    );
 
     let out = hamictl(&["decode", "pod-devices", "GPU-1,NVIDIA,abc,3:;"]);
     assert_eq!(out.status.code(), Some(1));
@@ -105,12 +117,24 @@ fn explain_example_snapshot_as_json() {
         "GPU-a100-1-0,NVIDIA,8000,30:;"
     );
     assert_eq!(v["annotations"]["hami.io/vgpu-node"], "gpu-a100-1");
-    assert!(v["annotations"]["hami.io/vgpu-time"].as_str().unwrap().parse::<i64>().is_ok());
+    assert!(
+        v["annotations"]["hami.io/vgpu-time"]
+            .as_str()
+            .unwrap()
+            .parse::<i64>()
+            .is_ok()
+    );
     assert_eq!(v["failed_nodes"]["cpu-1"], "node unregistered");
     // T4: GPU 0 has 3360 MiB left, GPU 1 is cordoned.
-    assert_eq!(v["failed_nodes"]["gpu-t4-1"], "1/2 CardCordoned, 1/2 CardInsufficientMemory");
+    assert_eq!(
+        v["failed_nodes"]["gpu-t4-1"],
+        "1/2 CardCordoned, 1/2 CardInsufficientMemory"
+    );
     // V100: GPU 0 has 2768 MiB left (memory is checked before cores), GPU 1 is unhealthy.
-    assert_eq!(v["failed_nodes"]["gpu-v100-1"], "1/2 CardInsufficientMemory, 1/2 CardNotHealth");
+    assert_eq!(
+        v["failed_nodes"]["gpu-v100-1"],
+        "1/2 CardInsufficientMemory, 1/2 CardNotHealth"
+    );
     // Both A100 nodes fit; binpack took the fuller one.
     let s1 = v["scores"]["gpu-a100-1"].as_f64().unwrap();
     let s2 = v["scores"]["gpu-a100-2"].as_f64().unwrap();
@@ -149,7 +173,13 @@ fn explain_reports_bad_files_clearly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("neither JSON"));
 
-    let out = hamictl(&["explain", "--snapshot", "/nonexistent.json", "--pod", &example("pod.yaml")]);
+    let out = hamictl(&[
+        "explain",
+        "--snapshot",
+        "/nonexistent.json",
+        "--pod",
+        &example("pod.yaml"),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
 
@@ -159,10 +189,19 @@ fn explain_reports_bad_files_clearly() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x\nspec:\n  containers:\n  - name: c\n    resources:\n      limits:\n        nvidia.com/gpu: \"1\"\n        nvidia.com/gpumem: 16Gi\n",
     )
     .unwrap();
-    let out = hamictl(&["explain", "--snapshot", &example("snapshot.json"), "--pod", bad_pod.to_str().unwrap()]);
+    let out = hamictl(&[
+        "explain",
+        "--snapshot",
+        &example("snapshot.json"),
+        "--pod",
+        bad_pod.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("16Gi") && err.contains("plain non-negative integer"), "{err}");
+    assert!(
+        err.contains("16Gi") && err.contains("plain non-negative integer"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -186,7 +225,17 @@ fn simulate_lists_policies_and_replays_a_small_trace() {
     let out = hamictl(&["simulate", "--list-policies"]);
     assert!(out.status.success());
     let names = String::from_utf8_lossy(&out.stdout);
-    for p in ["random", "dotprod", "clustering", "packing", "bestfit", "fgd", "hami-binpack", "hami-spread", "hami-frag"] {
+    for p in [
+        "random",
+        "dotprod",
+        "clustering",
+        "packing",
+        "bestfit",
+        "fgd",
+        "hami-binpack",
+        "hami-spread",
+        "hami-frag",
+    ] {
         assert!(names.lines().any(|l| l == p), "{p} missing from {names}");
     }
 
@@ -225,7 +274,13 @@ fn simulate_lists_policies_and_replays_a_small_trace() {
     }
     assert!(v["mean_unallocated_pct_at_100"].is_number());
 
-    let out = hamictl(&["simulate", "--nodes", "/nonexistent.csv", "--pods", pods.to_str().unwrap()]);
+    let out = hamictl(&[
+        "simulate",
+        "--nodes",
+        "/nonexistent.csv",
+        "--pods",
+        pods.to_str().unwrap(),
+    ]);
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }

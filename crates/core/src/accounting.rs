@@ -119,7 +119,10 @@ mod tests {
 
     #[test]
     fn app_containers_sum() {
-        let c = vec![vec![dev("A", 100, 10)], vec![dev("A", 200, 20), dev("B", 5, 0)]];
+        let c = vec![
+            vec![dev("A", 100, 10)],
+            vec![dev("A", 200, 20), dev("B", 5, 0)],
+        ];
         let kinds = [ContainerKind::App, ContainerKind::App];
         assert_eq!(
             collapse(&c, &kinds),
@@ -152,7 +155,11 @@ mod tests {
             vec![dev("A", 1000, 50)],
             vec![dev("A", 200, 10)],
         ];
-        let kinds = [ContainerKind::Sidecar, ContainerKind::Init, ContainerKind::App];
+        let kinds = [
+            ContainerKind::Sidecar,
+            ContainerKind::Init,
+            ContainerKind::App,
+        ];
         // init phase: sidecar + init = 1100 / 60 / 2 slots; app phase: 300 / 20 / 2.
         assert_eq!(collapse(&c, &kinds), vec![charge("A", 2, 1100, 60)]);
     }

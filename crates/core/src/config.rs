@@ -115,7 +115,10 @@ impl DeviceConfig {
         for (key, value) in [
             ("resourceCountName", &n.resource_count_name),
             ("resourceMemoryName", &n.resource_memory_name),
-            ("resourceMemoryPercentageName", &n.resource_memory_percentage_name),
+            (
+                "resourceMemoryPercentageName",
+                &n.resource_memory_percentage_name,
+            ),
             ("resourceCoreName", &n.resource_core_name),
         ] {
             if value.trim().is_empty() {

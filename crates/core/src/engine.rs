@@ -9,7 +9,7 @@ use crate::annotations as keys;
 use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
 use crate::codec::{CodecError, encode_pod_single_device};
 use crate::fit::{
-    DeviceSet, FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
+    FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
     fit_container_into,
 };
 use crate::ledger::{Ledger, NodeState};
@@ -35,7 +35,10 @@ pub enum PlanError {
     #[error(transparent)]
     Constraint(#[from] ConstraintError),
     #[error("pod annotation {key} is invalid: {error}")]
-    Weights { key: &'static str, error: CodecError },
+    Weights {
+        key: &'static str,
+        error: CodecError,
+    },
 }
 
 /// Everything about a pod the engine needs, read once per scheduling attempt.
@@ -69,7 +72,10 @@ impl PodPlan {
         let gpu_policy = annotations
             .get(keys::GPU_SCHEDULER_POLICY)
             .filter(|v| !v.trim().is_empty())
-            .map_or_else(|| defaults.gpu_policy.clone(), |v| GpuPolicy::parse_lenient(v));
+            .map_or_else(
+                || defaults.gpu_policy.clone(),
+                |v| GpuPolicy::parse_lenient(v),
+            );
         let weights = match annotations.get(keys::DEVICE_SCORING_WEIGHTS) {
             None => ScoringWeights::default(),
             Some(v) => decode_scoring_weights(v).map_err(|error| PlanError::Weights {
@@ -127,6 +133,9 @@ struct Scratch {
     work: Vec<Vec<Usage>>,
     init_work: Vec<Usage>,
     container_picks: Vec<Pick>,
+    /// Per vendor of the plan: its group on the current node.
+    groups: Vec<Option<usize>>,
+    totals: Vec<PodTotals>,
     /// Per vendor of the plan: picks on the current node.
     picks: Vec<Vec<Placed>>,
     best: Vec<Vec<Placed>>,
@@ -155,15 +164,19 @@ fn fit_node_compact(
     let vendors = &plan.vendor_keys;
     scratch.work.resize_with(vendors.len(), Vec::new);
     scratch.picks.resize_with(vendors.len(), Vec::new);
+    scratch.groups.clear();
+    scratch.totals.clear();
+    scratch.totals.resize(vendors.len(), PodTotals::default());
     for (vi, key) in vendors.iter().enumerate() {
+        let group = node.group(key);
+        scratch.groups.push(group);
         scratch.picks[vi].clear();
         scratch.work[vi].clear();
-        if let Some((_, base)) = node.vendor(key) {
-            scratch.work[vi].extend_from_slice(base);
+        if let Some(g) = group {
+            scratch.work[vi].extend_from_slice(node.group_usage(g));
         }
     }
     let default_constraints = DeviceConstraints::default();
-    let mut totals = vec![PodTotals::default(); vendors.len()];
     for (ci, container) in plan.requests.containers.iter().enumerate() {
         for (vendor_key, req) in &container.by_vendor {
             let vi = vendors
@@ -173,8 +186,8 @@ fn fit_node_compact(
             let vendor = registry
                 .get(vendor_key)
                 .ok_or(FitFailure::InsufficientDevices)?;
-            let (infos, _) = node
-                .vendor(vendor_key)
+            let set = scratch.groups[vi]
+                .and_then(|g| node.device_set(g))
                 .ok_or(FitFailure::InsufficientDevices)?;
             let settings = FitSettings {
                 vendor: vendor.as_ref(),
@@ -186,15 +199,10 @@ fn fit_node_compact(
                 weights: &plan.weights,
                 quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
             };
-            let set = DeviceSet {
-                infos,
-                cordon: &node.inventory().cordon,
-                pair_scores: &node.inventory().pair_scores,
-            };
             if container.kind == ContainerKind::Init {
                 scratch.init_work.clear();
                 scratch.init_work.extend_from_slice(&scratch.work[vi]);
-                let mut init_totals = totals[vi];
+                let mut init_totals = scratch.totals[vi];
                 fit_container_into(
                     set,
                     &mut scratch.init_work,
@@ -210,17 +218,15 @@ fn fit_node_compact(
                     &mut scratch.work[vi],
                     req,
                     settings,
-                    &mut totals[vi],
+                    &mut scratch.totals[vi],
                     &mut scratch.fit,
                     &mut scratch.container_picks,
                 )?;
             }
-            scratch.picks[vi].extend(
-                scratch
-                    .container_picks
-                    .iter()
-                    .map(|&pick| Placed { container: ci, pick }),
-            );
+            scratch.picks[vi].extend(scratch.container_picks.iter().map(|&pick| Placed {
+                container: ci,
+                pick,
+            }));
         }
     }
     Ok(node_score(
@@ -276,7 +282,8 @@ pub fn place(
     let mut best: Option<(&NodeState, f32)> = None;
     for name in candidates {
         let Some(node) = ledger.node(name) else {
-            out.failed.insert(name.clone(), NODE_UNREGISTERED.to_string());
+            out.failed
+                .insert(name.clone(), NODE_UNREGISTERED.to_string());
             continue;
         };
         match fit_node_compact(plan, registry, node, &mut scratch) {

@@ -9,7 +9,7 @@ use crate::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use crate::policy::{DeviceKeys, GpuPolicy};
 use crate::reason::{NODE_INSUFFICIENT_DEVICE, Reason, ReasonCounts};
 use crate::score::{Usage, device_score};
-use crate::vendor::{DeviceConstraints, Vendor};
+use crate::vendor::{DeviceConstraints, Vendor, contains_ignore_ascii_case};
 
 /// Mode string of devices partitioned with MIG.
 const MIG_MODE: &str = "mig";
@@ -21,10 +21,32 @@ pub struct QuotaBudget {
     pub cores: Option<u64>,
 }
 
+/// Facts about a registered device that never change while it stays registered,
+/// computed once so the fit never reads device strings on its hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DeviceFacts {
+    /// The registered type names the vendor (HAMi's pre-filter: case-insensitive
+    /// substring of the request type, which is the vendor key).
+    pub of_vendor: bool,
+    /// Partitioned with MIG.
+    pub mig: bool,
+}
+
+impl DeviceFacts {
+    pub fn of(info: &DeviceInfo, vendor_key: &str) -> Self {
+        DeviceFacts {
+            of_vendor: contains_ignore_ascii_case(&info.dev_type, vendor_key),
+            mig: info.mode == MIG_MODE,
+        }
+    }
+}
+
 /// Everything the walk needs about one node's devices of one vendor.
 #[derive(Debug, Clone, Copy)]
 pub struct DeviceSet<'a> {
     pub infos: &'a [DeviceInfo],
+    /// Same length as `infos`.
+    pub facts: &'a [DeviceFacts],
     pub cordon: &'a BTreeSet<String>,
     pub pair_scores: &'a PairScores,
 }
@@ -45,7 +67,10 @@ pub enum FitFailure {
     /// Fewer devices of the vendor than requested (`NodeInsufficientDevice`).
     InsufficientDevices,
     /// Per-device reasons; rendered with [`ReasonCounts::render`].
-    Devices { counts: ReasonCounts, devices: usize },
+    Devices {
+        counts: ReasonCounts,
+        devices: usize,
+    },
 }
 
 impl FitFailure {
@@ -92,12 +117,27 @@ pub fn fit_container(
     totals: &mut PodTotals,
 ) -> Result<Vec<ContainerDevice>, FitFailure> {
     let mut picks = Vec::new();
-    fit_container_into(set, usage, req, s, totals, &mut FitScratch::default(), &mut picks)?;
-    Ok(picks.iter().map(|p| container_device(set.infos, req, p)).collect())
+    fit_container_into(
+        set,
+        usage,
+        req,
+        s,
+        totals,
+        &mut FitScratch::default(),
+        &mut picks,
+    )?;
+    Ok(picks
+        .iter()
+        .map(|p| container_device(set.infos, req, p))
+        .collect())
 }
 
 /// The wire form of a pick.
-pub fn container_device(infos: &[DeviceInfo], req: &ContainerDeviceRequest, p: &Pick) -> ContainerDevice {
+pub fn container_device(
+    infos: &[DeviceInfo],
+    req: &ContainerDeviceRequest,
+    p: &Pick,
+) -> ContainerDevice {
     let info = &infos[p.pos];
     ContainerDevice {
         idx: info.index,
@@ -138,7 +178,14 @@ pub fn fit_container_into(
     Ok(())
 }
 
-fn keys_of(set: DeviceSet<'_>, usage: &[Usage], req: &ContainerDeviceRequest, s: &FitSettings<'_>, i: usize) -> DeviceKeys {
+#[inline(always)]
+fn keys_of(
+    set: DeviceSet<'_>,
+    usage: &[Usage],
+    req: &ContainerDeviceRequest,
+    s: &FitSettings<'_>,
+    i: usize,
+) -> DeviceKeys {
     DeviceKeys {
         score: device_score(&set.infos[i], &usage[i], Some(req), s.weights),
         numa: set.infos[i].numa,
@@ -160,13 +207,15 @@ fn best_passing(
     let mut serving = 0;
     scratch.passing.clear();
     for (i, info) in set.infos.iter().enumerate() {
-        if !s.vendor.serves(info, &req.dev_type) {
+        if !set.facts[i].of_vendor {
             continue;
         }
         serving += 1;
         let checked = match check_device(info, req, s, set.cordon) {
             Check::Reject(r) => Err(r),
-            Check::NumaGate => check_capacity(info, &usage[i], req, s, PodTotals::default()),
+            Check::NumaGate => {
+                check_capacity(info, set.facts[i], &usage[i], req, s, PodTotals::default())
+            }
         };
         match checked {
             Err(r) => counts.add(r, 1),
@@ -182,24 +231,34 @@ fn best_passing(
     }
     if scratch.passing.len() < nums {
         if !scratch.passing.is_empty() {
-            counts.add(Reason::AllocatedCardsInsufficientRequest, scratch.passing.len() as u32);
+            counts.add(
+                Reason::AllocatedCardsInsufficientRequest,
+                scratch.passing.len() as u32,
+            );
         }
-        return Err(FitFailure::Devices { counts, devices: serving });
+        return Err(FitFailure::Devices {
+            counts,
+            devices: serving,
+        });
     }
     let prefer = |a: &(usize, DeviceKeys, u32, u32), b: &(usize, DeviceKeys, u32, u32)| {
         s.policy.prefer(&a.1, &b.1, false)
     };
     if nums == 1 {
         if let Some(best) = scratch.passing.iter().min_by(|a, b| prefer(a, b)) {
-            out.push(Pick { pos: best.0, mem: best.2, cores: best.3 });
+            out.push(Pick {
+                pos: best.0,
+                mem: best.2,
+                cores: best.3,
+            });
         }
     } else {
         scratch.passing.sort_by(prefer);
-        out.extend(
-            scratch.passing[..nums]
-                .iter()
-                .map(|p| Pick { pos: p.0, mem: p.2, cores: p.3 }),
-        );
+        out.extend(scratch.passing[..nums].iter().map(|p| Pick {
+            pos: p.0,
+            mem: p.2,
+            cores: p.3,
+        }));
     }
     Ok(())
 }
@@ -218,9 +277,9 @@ fn walk_in_order(
 ) -> Result<(), FitFailure> {
     scratch.order.clear();
     scratch.keys.clear();
-    for (i, info) in set.infos.iter().enumerate() {
+    for i in 0..set.infos.len() {
         scratch.keys.push(keys_of(set, usage, req, s, i));
-        if s.vendor.serves(info, &req.dev_type) {
+        if set.facts[i].of_vendor {
             scratch.order.push(i);
         }
     }
@@ -254,7 +313,7 @@ fn walk_in_order(
             }
             prev_numa = Some(info.numa);
         }
-        let (mem, cores) = match check_capacity(info, u, req, s, taken) {
+        let (mem, cores) = match check_capacity(info, set.facts[pos], u, req, s, taken) {
             Ok(mc) => mc,
             Err(r) => {
                 counts.add(r, 1);
@@ -278,10 +337,16 @@ fn walk_in_order(
     }
     if picks.len() < req.nums as usize {
         if !picks.is_empty() {
-            counts.add(Reason::AllocatedCardsInsufficientRequest, picks.len() as u32);
+            counts.add(
+                Reason::AllocatedCardsInsufficientRequest,
+                picks.len() as u32,
+            );
         }
         picks.clear();
-        return Err(FitFailure::Devices { counts, devices: serving });
+        return Err(FitFailure::Devices {
+            counts,
+            devices: serving,
+        });
     }
     Ok(())
 }
@@ -293,6 +358,7 @@ enum Check {
 }
 
 /// Checks 1–3 of HAMi's order: health, cordon, type.
+#[inline(always)]
 fn check_device(
     info: &DeviceInfo,
     req: &ContainerDeviceRequest,
@@ -312,8 +378,10 @@ fn check_device(
 }
 
 /// Checks 5–15 of HAMi's order; returns the memory and cores the device would give.
+#[inline(always)]
 fn check_capacity(
     info: &DeviceInfo,
+    facts: DeviceFacts,
     u: &Usage,
     req: &ContainerDeviceRequest,
     s: &FitSettings<'_>,
@@ -330,9 +398,8 @@ fn check_capacity(
     }
     let cores = req.cores_clamped();
     let mem = req.memory_on(info.devmem);
-    let over = |limit: Option<u64>, used: u64, add: u32| {
-        limit.is_some_and(|l| used + u64::from(add) > l)
-    };
+    let over =
+        |limit: Option<u64>, used: u64, add: u32| limit.is_some_and(|l| used + u64::from(add) > l);
     if over(s.quota.memory, taken.memory, mem) || over(s.quota.cores, taken.cores, cores) {
         return Err(Reason::ResourceQuotaNotFit);
     }
@@ -348,7 +415,7 @@ fn check_capacity(
     if info.devcore != 0 && u.usedcores >= u64::from(info.devcore) && cores == 0 {
         return Err(Reason::CardComputeUnitsExhausted);
     }
-    if info.mode == MIG_MODE {
+    if facts.mig {
         // MIG partitioning is not placed by hami-rs yet: refusing is safe, guessing is not.
         return Err(Reason::CardMigTopologyInfeasible);
     }
@@ -387,7 +454,9 @@ fn choose_by_topology(picks: Vec<Pick>, n: usize, set: DeviceSet<'_>) -> Vec<Pic
     let mut best: Option<(Vec<usize>, i64)> = None;
     let mut current = Vec::with_capacity(n);
     best_subset(&pair, n, 0, &mut current, 0, &mut best);
-    let chosen: BTreeSet<usize> = best.map(|(v, _)| v.into_iter().collect()).unwrap_or_default();
+    let chosen: BTreeSet<usize> = best
+        .map(|(v, _)| v.into_iter().collect())
+        .unwrap_or_default();
     picks
         .into_iter()
         .enumerate()
@@ -431,7 +500,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn device() -> impl Strategy<Value = (DeviceInfo, Usage)> {
-        (1u32..4, 100u32..1000, 0i32..2, prop::bool::weighted(0.85), 0u32..4, 0u64..1000, 0u64..101)
+        (
+            1u32..4,
+            100u32..1000,
+            0i32..2,
+            prop::bool::weighted(0.85),
+            0u32..4,
+            0u64..1000,
+            0u64..101,
+        )
             .prop_map(|(count, mem, numa, health, used, usedmem, usedcores)| {
                 let info = DeviceInfo {
                     id: String::new(),
@@ -474,7 +551,8 @@ mod tests {
             let weights = ScoringWeights::default();
             let cordon = BTreeSet::new();
             let pair_scores = PairScores::default();
-            let set = DeviceSet { infos: &infos, cordon: &cordon, pair_scores: &pair_scores };
+            let facts: Vec<DeviceFacts> = infos.iter().map(|d| DeviceFacts::of(d, "NVIDIA")).collect();
+            let set = DeviceSet { infos: &infos, facts: &facts, cordon: &cordon, pair_scores: &pair_scores };
             let s = FitSettings { vendor: &vendor, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default() };
             let req = ContainerDeviceRequest { nums, dev_type: "NVIDIA".into(), memreq, mem_percentage_req: 101, coresreq };
             let (mut fast, mut walk) = (Vec::new(), Vec::new());

@@ -14,6 +14,7 @@ use crate::codec::topology::PairScores;
 use crate::codec::{
     CodecError, decode_pod_single_device, decode_topology_scores, parse_device_cordon,
 };
+use crate::fit::{DeviceFacts, DeviceSet};
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::request::ContainerKind;
 use crate::score::Usage;
@@ -141,7 +142,7 @@ pub enum PodRecordError {
         namespace: String,
         name: String,
         annotation: String,
-        error: CodecError,
+        error: Box<CodecError>,
     },
 }
 
@@ -176,7 +177,7 @@ impl PodRecord {
                     namespace: namespace.clone(),
                     name: name.clone(),
                     annotation: v.allocated_annotation().to_string(),
-                    error,
+                    error: Box::new(error),
                 })?;
             charges.extend(collapse(&devices, &kinds));
         }
@@ -231,6 +232,7 @@ pub struct NodeState {
     inventory: NodeInventory,
     /// Per vendor group, per device.
     usage: Vec<Vec<Usage>>,
+    facts: Vec<Vec<DeviceFacts>>,
     by_uuid: HashMap<String, (usize, usize)>,
 }
 
@@ -247,10 +249,21 @@ impl NodeState {
             .iter()
             .map(|vd| vec![Usage::default(); vd.devices.len()])
             .collect();
+        let facts = inventory
+            .vendors
+            .iter()
+            .map(|vd| {
+                vd.devices
+                    .iter()
+                    .map(|d| DeviceFacts::of(d, &vd.vendor))
+                    .collect()
+            })
+            .collect();
         NodeState {
             name: name.to_string(),
             inventory,
             usage,
+            facts,
             by_uuid,
         }
     }
@@ -265,11 +278,35 @@ impl NodeState {
 
     /// The vendor's devices and their usage, if the node has any.
     pub fn vendor(&self, vendor: &str) -> Option<(&[DeviceInfo], &[Usage])> {
+        self.group(vendor).map(|g| {
+            (
+                self.inventory.vendors[g].devices.as_slice(),
+                self.usage[g].as_slice(),
+            )
+        })
+    }
+
+    /// Position of the vendor's group.
+    pub fn group(&self, vendor: &str) -> Option<usize> {
         self.inventory
             .vendors
             .iter()
             .position(|v| v.vendor == vendor)
-            .map(|g| (self.inventory.vendors[g].devices.as_slice(), self.usage[g].as_slice()))
+    }
+
+    /// The vendor group's devices as the fit reads them.
+    pub fn device_set(&self, group: usize) -> Option<DeviceSet<'_>> {
+        Some(DeviceSet {
+            infos: &self.inventory.vendors.get(group)?.devices,
+            facts: self.facts.get(group)?,
+            cordon: &self.inventory.cordon,
+            pair_scores: &self.inventory.pair_scores,
+        })
+    }
+
+    /// Usage of a vendor group's devices.
+    pub fn group_usage(&self, group: usize) -> &[Usage] {
+        self.usage.get(group).map_or(&[], Vec::as_slice)
     }
 
     /// Every device with its usage, for scores, metrics and display.

@@ -135,7 +135,10 @@ impl GpuPolicy {
     /// Strict parse for flags and config: every item must be a known policy.
     pub fn parse_strict(value: &str) -> Result<Self, PolicyParseError> {
         for item in value.split(',').map(str::trim) {
-            if !matches!(item, "binpack" | "spread" | "mutex" | "numa" | "topology-aware") {
+            if !matches!(
+                item,
+                "binpack" | "spread" | "mutex" | "numa" | "topology-aware"
+            ) {
                 return Err(PolicyParseError {
                     kind: "gpu",
                     value: value.to_string(),

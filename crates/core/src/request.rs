@@ -171,6 +171,9 @@ mod tests {
         for bad in ["16Gi", "16.0Gi", "1k", "1.5", "", "abc", "500m", "1e3"] {
             assert_eq!(plain_integer(&Quantity(bad.into())), None, "{bad}");
         }
-        assert_eq!(plain_integer(&Quantity("99999999999999999999999".into())), None);
+        assert_eq!(
+            plain_integer(&Quantity("99999999999999999999999".into())),
+            None
+        );
     }
 }

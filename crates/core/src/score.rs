@@ -35,6 +35,7 @@ impl Usage {
 /// Unlike HAMi (whose request term compares the card model with the vendor key and so
 /// is always zero in production), the request is counted: it is what makes binpack
 /// prefer the card the pod would fill best.
+#[inline]
 pub fn device_score(
     info: &DeviceInfo,
     usage: &Usage,
@@ -45,7 +46,11 @@ pub fn device_score(
         return 0.0;
     }
     let (slots, cores, mem) = match req {
-        Some(r) => (1u64, u64::from(r.coresreq), u64::from(r.memory_on(info.devmem))),
+        Some(r) => (
+            1u64,
+            u64::from(r.coresreq),
+            u64::from(r.memory_on(info.devmem)),
+        ),
         None => (0, 0, 0),
     };
     let slot_term = (slots + u64::from(usage.used)) as f32 / info.count as f32;
@@ -69,7 +74,9 @@ pub fn node_score<'a>(devices: impl IntoIterator<Item = (&'a DeviceInfo, &'a Usa
     if count == 0 || totalcore == 0 || totalmem == 0 {
         return 0.0;
     }
-    10.0 * (used as f32 / count as f32 + cores as f32 / totalcore as f32 + mem as f32 / totalmem as f32)
+    10.0 * (used as f32 / count as f32
+        + cores as f32 / totalcore as f32
+        + mem as f32 / totalmem as f32)
 }
 
 #[cfg(test)]
@@ -126,7 +133,10 @@ mod tests {
     #[test]
     fn zero_capacity_scores_zero() {
         let w = ScoringWeights::default();
-        assert_eq!(device_score(&dev(0, 1000, 100), &Usage::default(), None, &w), 0.0);
+        assert_eq!(
+            device_score(&dev(0, 1000, 100), &Usage::default(), None, &w),
+            0.0
+        );
         assert_eq!(node_score([(&dev(10, 0, 100), &Usage::default())]), 0.0);
     }
 

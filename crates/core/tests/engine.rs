@@ -1,12 +1,12 @@
 //! Placement engine behaviour: fit checks and reasons, policies, multi-container pods,
 //! annotations.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::*;
-use hami_core::engine::{
-    PodPlan, SchedulerDefaults, allocation_annotations, fit_node, place,
-};
+use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, fit_node, place};
 use hami_core::fit::FitFailure;
 use hami_core::ledger::{Ledger, PodRecord};
 use hami_core::policy::{GpuPolicy, NodePolicy};
@@ -53,7 +53,12 @@ fn too_many_gpus_is_node_insufficient_device() {
 #[test]
 fn unknown_candidate_is_unregistered() {
     let ledger = Ledger::new();
-    let out = place(&plan(&gpu_pod("p", 1, 10, 0)), &registry(), &ledger, &["ghost".into()]);
+    let out = place(
+        &plan(&gpu_pod("p", 1, 10, 0)),
+        &registry(),
+        &ledger,
+        &["ghost".into()],
+    );
     assert_eq!(out.failed["ghost"], "node unregistered");
 }
 
@@ -87,7 +92,10 @@ fn type_and_uuid_selectors() {
 
     let no_gpus = with_annotations(
         base.clone(),
-        &[("nvidia.com/use-gputype", "H100"), ("nvidia.com/nouse-gpuuuid", "")],
+        &[
+            ("nvidia.com/use-gputype", "H100"),
+            ("nvidia.com/nouse-gpuuuid", ""),
+        ],
     );
     let out = place_one(&ledger, &plan(&no_gpus));
     assert_eq!(out.failed["n1"], "2/2 CardTypeMismatch");
@@ -134,12 +142,24 @@ fn node_binpack_fills_used_nodes_and_spread_avoids_them() {
     add_node(&mut ledger, "a", 2, 1000);
     add_node(&mut ledger, "b", 2, 1000);
     // Equal scores: the first name wins (deterministic).
-    assert_eq!(place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 100, 10)).as_deref(), Some("a"));
+    assert_eq!(
+        place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 100, 10)).as_deref(),
+        Some("a")
+    );
     // Binpack: the used node again.
-    assert_eq!(place_and_reserve(&mut ledger, &gpu_pod("p2", 1, 100, 10)).as_deref(), Some("a"));
+    assert_eq!(
+        place_and_reserve(&mut ledger, &gpu_pod("p2", 1, 100, 10)).as_deref(),
+        Some("a")
+    );
     // Spread via the pod annotation: the idle node.
-    let spread = with_annotations(gpu_pod("p3", 1, 100, 10), &[("hami.io/node-scheduler-policy", "spread")]);
-    assert_eq!(place_and_reserve(&mut ledger, &spread).as_deref(), Some("b"));
+    let spread = with_annotations(
+        gpu_pod("p3", 1, 100, 10),
+        &[("hami.io/node-scheduler-policy", "spread")],
+    );
+    assert_eq!(
+        place_and_reserve(&mut ledger, &spread).as_deref(),
+        Some("b")
+    );
 }
 
 #[test]
@@ -148,7 +168,10 @@ fn gpu_binpack_and_spread_choose_devices() {
     add_node(&mut ledger, "n", 3, 1000);
     let first = place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 500, 10));
     assert_eq!(first.as_deref(), Some("n"));
-    let binpack = with_annotations(gpu_pod("p2", 1, 100, 10), &[("hami.io/gpu-scheduler-policy", "binpack")]);
+    let binpack = with_annotations(
+        gpu_pod("p2", 1, 100, 10),
+        &[("hami.io/gpu-scheduler-policy", "binpack")],
+    );
     let (_, fit) = place_one(&ledger, &plan(&binpack)).chosen.unwrap();
     assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-0");
     let spread = gpu_pod("p3", 1, 100, 10); // default gpu policy is spread
@@ -163,8 +186,14 @@ fn later_containers_see_earlier_ones() {
     let p = pod(
         "two",
         vec![
-            container("a", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")]),
-            container("b", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")]),
+            container(
+                "a",
+                &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")],
+            ),
+            container(
+                "b",
+                &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")],
+            ),
         ],
     );
     let out = place_one(&ledger, &plan(&p));
@@ -177,7 +206,10 @@ fn init_containers_are_fitted_apart_and_counted_at_peak() {
     add_node(&mut ledger, "n", 1, 1000);
     let mut p = pod(
         "init",
-        vec![container("app", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")])],
+        vec![container(
+            "app",
+            &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "600")],
+        )],
     );
     p.spec.as_mut().unwrap().init_containers = Some(vec![container(
         "warmup",
@@ -206,15 +238,28 @@ fn annotations_keep_empty_containers_aligned() {
         "mixed",
         vec![
             container("sidecar", &[]),
-            container("main", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "100"), ("nvidia.com/gpucores", "20")]),
+            container(
+                "main",
+                &[
+                    ("nvidia.com/gpu", "1"),
+                    ("nvidia.com/gpumem", "100"),
+                    ("nvidia.com/gpucores", "20"),
+                ],
+            ),
         ],
     );
     let (node, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
     let ann = allocation_annotations(&registry(), &node, &fit, 42);
     assert_eq!(ann["hami.io/vgpu-node"], "n");
     assert_eq!(ann["hami.io/vgpu-time"], "42");
-    assert_eq!(ann["hami.io/vgpu-devices-to-allocate"], ";n-gpu-0,NVIDIA,100,20:;");
-    assert_eq!(ann["hami.io/vgpu-devices-allocated"], ";n-gpu-0,NVIDIA,100,20:;");
+    assert_eq!(
+        ann["hami.io/vgpu-devices-to-allocate"],
+        ";n-gpu-0,NVIDIA,100,20:;"
+    );
+    assert_eq!(
+        ann["hami.io/vgpu-devices-allocated"],
+        ";n-gpu-0,NVIDIA,100,20:;"
+    );
 }
 
 #[test]
@@ -223,14 +268,26 @@ fn memory_percentage_resolves_per_device() {
     add_node(&mut ledger, "n", 1, 16_000);
     let p = pod(
         "pct",
-        vec![container("c", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem-percentage", "25")])],
+        vec![container(
+            "c",
+            &[
+                ("nvidia.com/gpu", "1"),
+                ("nvidia.com/gpumem-percentage", "25"),
+            ],
+        )],
     );
     let (_, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
     assert_eq!(fit.devices["NVIDIA"][0][0].usedmem, 4000);
     // A plain `nvidia.com/gpu: 1` takes the whole memory.
-    let (_, fit) = place_one(&ledger, &plan(&pod("whole", vec![container("c", &[("nvidia.com/gpu", "1")])])))
-        .chosen
-        .unwrap();
+    let (_, fit) = place_one(
+        &ledger,
+        &plan(&pod(
+            "whole",
+            vec![container("c", &[("nvidia.com/gpu", "1")])],
+        )),
+    )
+    .chosen
+    .unwrap();
     assert_eq!(fit.devices["NVIDIA"][0][0].usedmem, 16_000);
 }
 
@@ -248,7 +305,11 @@ fn numa_bind_keeps_a_container_on_one_numa_node() {
     let reason = &out.failed["n"];
     assert!(reason.contains("NumaNotFit"), "{reason}");
     // Without the binding the two healthy GPUs on different NUMA nodes are fine.
-    assert!(place_one(&ledger, &plan(&gpu_pod("q", 2, 10, 0))).chosen.is_some());
+    assert!(
+        place_one(&ledger, &plan(&gpu_pod("q", 2, 10, 0)))
+            .chosen
+            .is_some()
+    );
 }
 
 #[test]
@@ -256,7 +317,10 @@ fn mutex_policy_skips_used_devices() {
     let mut ledger = Ledger::new();
     add_node(&mut ledger, "n", 2, 1000);
     place_and_reserve(&mut ledger, &gpu_pod("a", 1, 10, 10)).unwrap();
-    let p = with_annotations(gpu_pod("b", 2, 10, 10), &[("hami.io/gpu-scheduler-policy", "mutex")]);
+    let p = with_annotations(
+        gpu_pod("b", 2, 10, 10),
+        &[("hami.io/gpu-scheduler-policy", "mutex")],
+    );
     let out = place_one(&ledger, &plan(&p));
     assert_eq!(
         out.failed["n"],
@@ -274,22 +338,37 @@ fn topology_aware_prefers_linked_pairs() {
     )
     .unwrap());
     ledger.set_node("n", inv);
-    let p = with_annotations(gpu_pod("p", 2, 10, 0), &[("hami.io/gpu-scheduler-policy", "topology-aware")]);
+    let p = with_annotations(
+        gpu_pod("p", 2, 10, 0),
+        &[("hami.io/gpu-scheduler-policy", "topology-aware")],
+    );
     let (_, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
-    let mut got: Vec<_> = fit.devices["NVIDIA"][0].iter().map(|d| d.uuid.clone()).collect();
+    let mut got: Vec<_> = fit.devices["NVIDIA"][0]
+        .iter()
+        .map(|d| d.uuid.clone())
+        .collect();
     got.sort();
     assert_eq!(got, vec!["G1", "G3"]);
     // One GPU: take the least connected one, keeping the linked pair free.
-    let p1 = with_annotations(gpu_pod("q", 1, 10, 0), &[("hami.io/gpu-scheduler-policy", "topology-aware")]);
+    let p1 = with_annotations(
+        gpu_pod("q", 1, 10, 0),
+        &[("hami.io/gpu-scheduler-policy", "topology-aware")],
+    );
     let (_, fit) = place_one(&ledger, &plan(&p1)).chosen.unwrap();
     assert!(["G0", "G2"].contains(&fit.devices["NVIDIA"][0][0].uuid.as_str()));
 }
 
 #[test]
 fn invalid_scoring_weights_fail_the_plan() {
-    let p = with_annotations(gpu_pod("p", 1, 10, 0), &[("hami.io/device-scoring-weights", "slot=1,core=1")]);
+    let p = with_annotations(
+        gpu_pod("p", 1, 10, 0),
+        &[("hami.io/device-scoring-weights", "slot=1,core=1")],
+    );
     let err = PodPlan::new(&p, &registry(), &SchedulerDefaults::default()).unwrap_err();
-    assert!(err.to_string().contains("hami.io/device-scoring-weights"), "{err}");
+    assert!(
+        err.to_string().contains("hami.io/device-scoring-weights"),
+        "{err}"
+    );
 }
 
 #[test]

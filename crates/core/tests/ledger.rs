@@ -1,5 +1,7 @@
 //! The allocation ledger: rebuilt from annotations, idempotent, incremental.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -11,7 +13,10 @@ use k8s_openapi::api::core::v1::PodStatus;
 fn placed_pod(name: &str, node: &str, allocated: &str) -> k8s_openapi::api::core::v1::Pod {
     with_annotations(
         gpu_pod(name, 1, 1, 0),
-        &[("hami.io/vgpu-node", node), ("hami.io/vgpu-devices-allocated", allocated)],
+        &[
+            ("hami.io/vgpu-node", node),
+            ("hami.io/vgpu-devices-allocated", allocated),
+        ],
     )
 }
 
@@ -22,7 +27,14 @@ fn records_come_from_allocated_annotations() {
     assert_eq!(rec.node, "n");
     assert_eq!(rec.uid, "uid-a");
     assert_eq!(rec.charges.len(), 1);
-    assert_eq!((rec.charges[0].mem, rec.charges[0].cores, rec.charges[0].slots), (300, 20, 1));
+    assert_eq!(
+        (
+            rec.charges[0].mem,
+            rec.charges[0].cores,
+            rec.charges[0].slots
+        ),
+        (300, 20, 1)
+    );
 }
 
 #[test]
@@ -33,7 +45,10 @@ fn terminated_and_unplaced_pods_hold_nothing() {
         ..Default::default()
     });
     assert_eq!(PodRecord::from_pod(&done, &registry()).unwrap(), None);
-    assert_eq!(PodRecord::from_pod(&gpu_pod("b", 1, 1, 0), &registry()).unwrap(), None);
+    assert_eq!(
+        PodRecord::from_pod(&gpu_pod("b", 1, 1, 0), &registry()).unwrap(),
+        None
+    );
 }
 
 #[test]
@@ -41,16 +56,22 @@ fn malformed_annotation_is_a_clear_error() {
     let p = placed_pod("a", "n", "n-gpu-0,NVIDIA,notanumber,20:;");
     let err = PodRecord::from_pod(&p, &registry()).unwrap_err();
     let msg = err.to_string();
-    assert!(msg.contains("default/a") && msg.contains("hami.io/vgpu-devices-allocated"), "{msg}");
+    assert!(
+        msg.contains("default/a") && msg.contains("hami.io/vgpu-devices-allocated"),
+        "{msg}"
+    );
 }
 
 #[test]
 fn apply_is_idempotent_and_delete_releases() {
     let mut ledger = Ledger::new();
     add_node(&mut ledger, "n", 2, 1000);
-    let rec = PodRecord::from_pod(&placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"), &registry())
-        .unwrap()
-        .unwrap();
+    let rec = PodRecord::from_pod(
+        &placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"),
+        &registry(),
+    )
+    .unwrap()
+    .unwrap();
     ledger.apply_pod(rec.clone());
     ledger.apply_pod(rec.clone());
     let u = ledger.usage("n").unwrap()[0][1];
@@ -70,9 +91,12 @@ fn apply_is_idempotent_and_delete_releases() {
 #[test]
 fn pods_seen_before_their_node_count_once_it_registers() {
     let mut ledger = Ledger::new();
-    let rec = PodRecord::from_pod(&placed_pod("a", "late", "late-gpu-0,NVIDIA,300,20:;"), &registry())
-        .unwrap()
-        .unwrap();
+    let rec = PodRecord::from_pod(
+        &placed_pod("a", "late", "late-gpu-0,NVIDIA,300,20:;"),
+        &registry(),
+    )
+    .unwrap()
+    .unwrap();
     let report = ledger.apply_pod(rec);
     assert!(report.unknown_node);
     add_node(&mut ledger, "late", 1, 1000);
@@ -80,7 +104,10 @@ fn pods_seen_before_their_node_count_once_it_registers() {
     // Re-registering with a different inventory keeps the pod's usage.
     add_node(&mut ledger, "late", 2, 2000);
     assert_eq!(ledger.usage("late").unwrap()[0][0].usedmem, 300);
-    assert_eq!(ledger.recomputed_usage("late").unwrap(), ledger.usage("late").unwrap());
+    assert_eq!(
+        ledger.recomputed_usage("late").unwrap(),
+        ledger.usage("late").unwrap()
+    );
 }
 
 #[test]
@@ -98,7 +125,10 @@ fn node_inventory_from_annotations_reports_bad_values() {
     assert!(issues[0].error.contains("registered twice"));
     assert!(inv.cordon.contains("GPU-9"));
 
-    a.insert("hami.io/node-nvidia-register".to_string(), "{not json".to_string());
+    a.insert(
+        "hami.io/node-nvidia-register".to_string(),
+        "{not json".to_string(),
+    );
     let (inv, issues) = NodeInventory::from_annotations(&a, &reg);
     assert!(inv.vendors.is_empty());
     assert_eq!(issues[0].annotation, "hami.io/node-nvidia-register");

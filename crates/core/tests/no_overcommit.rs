@@ -1,6 +1,8 @@
 //! Property: no sequence of placements and deletions ever over-commits a device, and
 //! the incremental ledger always equals a recomputation from its records.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::*;
@@ -56,7 +58,16 @@ fn device() -> impl Strategy<Value = (u32, u32, i32, bool)> {
 }
 
 fn make_pod(i: usize, op: &Op) -> Pod {
-    let Op::Place { nums, mem, pct, cores, containers, with_init, gpu_policy, node_policy } = op
+    let Op::Place {
+        nums,
+        mem,
+        pct,
+        cores,
+        containers,
+        with_init,
+        gpu_policy,
+        node_policy,
+    } = op
     else {
         unreachable!()
     };
@@ -70,14 +81,19 @@ fn make_pod(i: usize, op: &Op) -> Pod {
         None => {}
     }
     let lim: Vec<(&str, &str)> = limits.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let cs = (0..*containers).map(|c| container(&format!("c{c}"), &lim)).collect();
+    let cs = (0..*containers)
+        .map(|c| container(&format!("c{c}"), &lim))
+        .collect();
     let mut p = pod(&format!("p{i}"), cs);
     if *with_init {
         p.spec.as_mut().unwrap().init_containers = Some(vec![container("init", &lim)]);
     }
     with_annotations(
         p,
-        &[("hami.io/gpu-scheduler-policy", gpu_policy), ("hami.io/node-scheduler-policy", node_policy)],
+        &[
+            ("hami.io/gpu-scheduler-policy", gpu_policy),
+            ("hami.io/node-scheduler-policy", node_policy),
+        ],
     )
 }
 
@@ -93,8 +109,16 @@ fn assert_invariants(ledger: &Ledger) {
         for (vd, us) in node.groups() {
             for (d, u) in vd.devices.iter().zip(us) {
                 assert!(u.used <= d.count, "slots over-committed on {}: {u:?}", d.id);
-                assert!(u.usedmem <= u64::from(d.devmem), "memory over-committed on {}: {u:?}", d.id);
-                assert!(u.usedcores <= u64::from(d.devcore), "cores over-committed on {}: {u:?}", d.id);
+                assert!(
+                    u.usedmem <= u64::from(d.devmem),
+                    "memory over-committed on {}: {u:?}",
+                    d.id
+                );
+                assert!(
+                    u.usedcores <= u64::from(d.devcore),
+                    "cores over-committed on {}: {u:?}",
+                    d.id
+                );
             }
         }
     }

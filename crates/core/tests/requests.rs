@@ -1,5 +1,7 @@
 //! Request parsing from Pod specs (reference §3.1).
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 mod common;
 
 use common::*;
@@ -35,7 +37,10 @@ fn unset_memory_means_whole_card_unless_default_memory() {
     let reg = VendorRegistry::from_config(&cfg);
     let p = pod("p", vec![container("c", &[("nvidia.com/gpu", "1")])]);
     let r = PodRequests::from_pod(&p, &reg).unwrap().containers[0].by_vendor["NVIDIA"].clone();
-    assert_eq!((r.memreq, r.mem_percentage_req, r.coresreq), (2048, MEM_PERCENTAGE_UNSET, 15));
+    assert_eq!(
+        (r.memreq, r.mem_percentage_req, r.coresreq),
+        (2048, MEM_PERCENTAGE_UNSET, 15)
+    );
 }
 
 #[test]
@@ -57,7 +62,10 @@ fn memory_percentage_sentinel_and_clamping() {
         ("nvidia.com/gpumem-percentage", "0"),
     ])
     .unwrap();
-    assert_eq!((r.memreq, r.mem_percentage_req), (500, MEM_PERCENTAGE_UNSET));
+    assert_eq!(
+        (r.memreq, r.mem_percentage_req),
+        (500, MEM_PERCENTAGE_UNSET)
+    );
 }
 
 #[test]
@@ -65,12 +73,21 @@ fn memory_factor_multiplies_and_bounds() {
     let mut cfg = DeviceConfig::default();
     cfg.nvidia.memory_factor = 1024;
     let reg = VendorRegistry::from_config(&cfg);
-    let p = pod("p", vec![container("c", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "3")])]);
+    let p = pod(
+        "p",
+        vec![container(
+            "c",
+            &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "3")],
+        )],
+    );
     let r = PodRequests::from_pod(&p, &reg).unwrap();
     assert_eq!(r.containers[0].by_vendor["NVIDIA"].memreq, 3072);
     let huge = pod(
         "p",
-        vec![container("c", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "2097152")])],
+        vec![container(
+            "c",
+            &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "2097152")],
+        )],
     );
     assert!(matches!(
         PodRequests::from_pod(&huge, &reg),
@@ -81,17 +98,31 @@ fn memory_factor_multiplies_and_bounds() {
 #[test]
 fn byte_units_are_refused_with_the_container_named() {
     for bad in ["16Gi", "16.0Gi", "1.5", "3k"] {
-        let p = pod("p", vec![container("trainer", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", bad)])]);
+        let p = pod(
+            "p",
+            vec![container(
+                "trainer",
+                &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", bad)],
+            )],
+        );
         let err = PodRequests::from_pod(&p, &registry()).unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("trainer") && msg.contains("nvidia.com/gpumem") && msg.contains(bad), "{msg}");
+        assert!(
+            msg.contains("trainer") && msg.contains("nvidia.com/gpumem") && msg.contains(bad),
+            "{msg}"
+        );
     }
 }
 
 #[test]
 fn limits_win_over_requests() {
-    let mut c = container("c", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "700")]);
-    let res = c.resources.get_or_insert_with(ResourceRequirements::default);
+    let mut c = container(
+        "c",
+        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "700")],
+    );
+    let res = c
+        .resources
+        .get_or_insert_with(ResourceRequirements::default);
     res.requests = Some(
         [
             ("nvidia.com/gpumem".to_string(), Quantity("300".into())),
@@ -100,7 +131,8 @@ fn limits_win_over_requests() {
         .into(),
     );
     let p = pod("p", vec![c]);
-    let r = PodRequests::from_pod(&p, &registry()).unwrap().containers[0].by_vendor["NVIDIA"].clone();
+    let r =
+        PodRequests::from_pod(&p, &registry()).unwrap().containers[0].by_vendor["NVIDIA"].clone();
     // memory from limits, cores from requests (absent in limits)
     assert_eq!((r.memreq, r.coresreq), (700, 40));
 }
@@ -109,7 +141,13 @@ fn limits_win_over_requests() {
 fn custom_resource_names_from_config() {
     let cfg = DeviceConfig::from_yaml("nvidia:\n  resourceCountName: example.com/vgpu\n  resourceMemoryName: example.com/vgpu-mem\n").unwrap();
     let reg = VendorRegistry::from_config(&cfg);
-    let p = pod("p", vec![container("c", &[("example.com/vgpu", "1"), ("example.com/vgpu-mem", "64")])]);
+    let p = pod(
+        "p",
+        vec![container(
+            "c",
+            &[("example.com/vgpu", "1"), ("example.com/vgpu-mem", "64")],
+        )],
+    );
     let r = PodRequests::from_pod(&p, &reg).unwrap();
     assert_eq!(r.containers[0].by_vendor["NVIDIA"].memreq, 64);
     let std = pod("p", vec![container("c", &[("nvidia.com/gpu", "1")])]);
@@ -124,7 +162,11 @@ fn init_containers_come_first_with_their_kind() {
     p.spec.as_mut().unwrap().init_containers =
         Some(vec![container("init", &[("nvidia.com/gpu", "1")]), sidecar]);
     let r = PodRequests::from_pod(&p, &registry()).unwrap();
-    let kinds: Vec<_> = r.containers.iter().map(|c| (c.name.as_str(), c.kind)).collect();
+    let kinds: Vec<_> = r
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.kind))
+        .collect();
     assert_eq!(
         kinds,
         vec![

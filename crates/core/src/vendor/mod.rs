@@ -66,11 +66,8 @@ pub trait Vendor: Send + Sync + Debug {
         &self,
         pod_annotations: &BTreeMap<String, String>,
     ) -> Result<DeviceConstraints, ConstraintError>;
-    /// Node-level pre-filter: devices of this vendor that a request of `req_type` may use.
-    fn serves(&self, device: &DeviceInfo, req_type: &str) -> bool {
-        contains_ignore_ascii_case(&device.dev_type, req_type)
-    }
-    /// Device-level type check (HAMi's `CardTypeMismatch`).
+    /// Device-level type check (HAMi's `CardTypeMismatch`), for devices whose type
+    /// already names the vendor.
     fn type_matches(
         &self,
         device: &DeviceInfo,
@@ -107,7 +104,10 @@ impl VendorRegistry {
 
     /// Every resource name any vendor manages.
     pub fn resource_names(&self) -> Vec<String> {
-        self.vendors.iter().flat_map(|v| v.resource_names()).collect()
+        self.vendors
+            .iter()
+            .flat_map(|v| v.resource_names())
+            .collect()
     }
 }
 

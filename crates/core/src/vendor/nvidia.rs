@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::{ConstraintError, DeviceConstraints, Vendor, contains_ignore_ascii_case};
+use super::{ConstraintError, DeviceConstraints, Vendor};
 use crate::annotations as keys;
 use crate::codec::selectors::{DeviceSelector, SelectorKeys};
 use crate::codec::{CodecError, decode_node_register, parse_go_bool};
@@ -32,7 +32,6 @@ impl Nvidia {
     pub fn config(&self) -> &NvidiaConfig {
         &self.cfg
     }
-
 }
 
 impl Vendor for Nvidia {
@@ -80,16 +79,22 @@ impl Vendor for Nvidia {
         let memreq = match integer_resource(c, &cfg.resource_memory_name)? {
             None => 0,
             Some(m) => {
-                let m = bounded(c, &cfg.resource_memory_name, m, i64::from(i32::MAX) / factor)?;
+                let m = bounded(
+                    c,
+                    &cfg.resource_memory_name,
+                    m,
+                    i64::from(i32::MAX) / factor,
+                )?;
                 m * cfg.memory_factor.max(1)
             }
         };
 
-        let mut mem_percentage_req = match integer_resource(c, &cfg.resource_memory_percentage_name)? {
-            None => MEM_PERCENTAGE_UNSET,
-            Some(p) if p <= 0 => MEM_PERCENTAGE_UNSET,
-            Some(p) => p.min(100) as u32,
-        };
+        let mut mem_percentage_req =
+            match integer_resource(c, &cfg.resource_memory_percentage_name)? {
+                None => MEM_PERCENTAGE_UNSET,
+                Some(p) if p <= 0 => MEM_PERCENTAGE_UNSET,
+                Some(p) => p.min(100) as u32,
+            };
 
         let mut memreq = memreq;
         if mem_percentage_req == MEM_PERCENTAGE_UNSET && memreq == 0 {
@@ -153,7 +158,7 @@ impl Vendor for Nvidia {
         req: &ContainerDeviceRequest,
         constraints: &DeviceConstraints,
     ) -> bool {
-        if req.dev_type != NVIDIA || !contains_ignore_ascii_case(&device.dev_type, NVIDIA) {
+        if req.dev_type != NVIDIA {
             return false;
         }
         if !constraints.selector.type_allowed(&device.dev_type) {

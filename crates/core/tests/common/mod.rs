@@ -1,4 +1,6 @@
 //! Builders shared by the integration tests.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
@@ -57,7 +59,11 @@ pub fn container(name: &str, limits: &[(&str, &str)]) -> Container {
     Container {
         name: name.into(),
         resources: Some(ResourceRequirements {
-            limits: if limits.is_empty() { None } else { Some(limits) },
+            limits: if limits.is_empty() {
+                None
+            } else {
+                Some(limits)
+            },
             ..Default::default()
         }),
         ..Default::default()
