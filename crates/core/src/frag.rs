@@ -1,7 +1,7 @@
 //! GPU fragmentation measure (FGD, Weng et al., USENIX ATC '23, §3) and the
 //! node/GPU scoring of our fragmentation-aware policy.
 //!
-//! This module is deliberately self-contained: it only sees plain data (a
+//! Pure and self-contained (moved here from hami-sim): it only sees plain data (a
 //! node's model id, free CPU/memory and per-GPU free milli-shares, and the
 //! typical workload table) so the live scheduler can reuse it unchanged.
 //! GPU shares are in milli-GPU (1000 = one whole GPU).
