@@ -8,6 +8,8 @@
 
 use rustc_hash::FxHashMap;
 
+pub mod live;
+
 /// Largest GPU count per node that the packed memo key supports. Nodes with
 /// more GPUs still work, they just bypass the memo.
 pub const MEMO_MAX_GPUS: usize = 8;
@@ -277,6 +279,20 @@ impl FragMemo {
             map: FxHashMap::default(),
             mem_aware,
         }
+    }
+
+    /// Number of memoised node states.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Forgets every memoised state (bounds memory in long-lived callers).
+    pub fn clear(&mut self) {
+        self.map.clear();
     }
 
     /// F_n(M), memoised when the node state packs into the key.
