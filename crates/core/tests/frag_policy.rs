@@ -1,5 +1,7 @@
 //! The `frag` node and GPU policies of the placement engine.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
+
 mod common;
 
 use std::sync::Arc;
