@@ -57,11 +57,7 @@ pub fn container(name: &str, limits: &[(&str, &str)]) -> Container {
     Container {
         name: name.into(),
         resources: Some(ResourceRequirements {
-            limits: if limits.is_empty() {
-                None
-            } else {
-                Some(limits)
-            },
+            limits: if limits.is_empty() { None } else { Some(limits) },
             ..Default::default()
         }),
         ..Default::default()
