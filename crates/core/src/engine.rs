@@ -2,6 +2,7 @@
 //! devices, and produce the annotations the scheduler writes (reference §4.5).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
@@ -12,6 +13,7 @@ use crate::fit::{
     FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
     fit_container_into,
 };
+use crate::frag::live::{FragModel, free_share};
 use crate::ledger::{Ledger, NodeState};
 use crate::model::PodSingleDevice;
 use crate::policy::{GpuPolicy, NodePolicy};
@@ -55,6 +57,9 @@ pub struct PodPlan {
     pub quota: BTreeMap<String, QuotaBudget>,
     /// Vendor keys the pod asks for, sorted.
     pub vendor_keys: Vec<String>,
+    /// Typical workload of the `frag` policies; set (to the built-in model) only when
+    /// the pod uses one. Replace with [`PodPlan::with_frag_model`].
+    pub frag: Option<Arc<FragModel>>,
 }
 
 impl PodPlan {
@@ -91,6 +96,7 @@ impl PodPlan {
         }
         let kinds = requests.containers.iter().map(|c| c.kind).collect();
         let vendor_keys = requests.vendors().into_iter().map(String::from).collect();
+        let frag = (node_policy == NodePolicy::Frag || gpu_policy.frag).then(FragModel::builtin);
         Ok(PodPlan {
             vendor_keys,
             requests,
@@ -100,7 +106,14 @@ impl PodPlan {
             weights,
             constraints,
             quota: BTreeMap::new(),
+            frag,
         })
+    }
+
+    /// Uses `model` (the caller's typical workload) for the `frag` policies.
+    pub fn with_frag_model(mut self, model: Arc<FragModel>) -> Self {
+        self.frag = Some(model);
+        self
     }
 
     /// True when the pod asks for no managed device: the scheduler passes it through.
@@ -198,6 +211,7 @@ fn fit_node_compact(
                 policy: &plan.gpu_policy,
                 weights: &plan.weights,
                 quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
+                frag: plan.frag.as_deref().filter(|_| plan.gpu_policy.frag),
             };
             if container.kind == ContainerKind::Init {
                 scratch.init_work.clear();
@@ -229,10 +243,36 @@ fn fit_node_compact(
             }));
         }
     }
+    if let (NodePolicy::Frag, Some(model)) = (plan.node_policy, plan.frag.as_deref()) {
+        return Ok(frag_gain(model, plan, node, &scratch.picks));
+    }
     Ok(node_score(
         node.groups()
             .flat_map(|(vd, us)| vd.devices.iter().zip(us.iter())),
     ))
+}
+
+/// Node score of node policy `frag`: the fragmentation the picks remove (regular
+/// init containers do not stay, so they do not count).
+fn frag_gain(model: &FragModel, plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>]) -> f32 {
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    for (vd, us) in node.groups() {
+        let vi = plan.vendor_keys.iter().position(|k| *k == vd.vendor);
+        let placed = vi
+            .and_then(|vi| picks.get(vi))
+            .map_or(&[][..], Vec::as_slice);
+        for (i, (d, u)) in vd.devices.iter().zip(us).enumerate() {
+            before.push(free_share(d, u));
+            let mut a = *u;
+            for p in placed.iter().filter(|p| p.pick.pos == i) {
+                if plan.kinds.get(p.container) != Some(&ContainerKind::Init) {
+                    a.add(1, u64::from(p.pick.mem), u64::from(p.pick.cores));
+                }
+            }
+            after.push(free_share(d, &a));
+        }
+    }
+    model.node_gain(&before, &after)
 }
 
 /// Builds the wire form of compact picks.
@@ -314,7 +354,7 @@ pub fn place(
 /// Whether node `a` beats node `b` under the policy; ties go to the smaller name.
 fn better_node(policy: NodePolicy, a_score: f32, a: &str, b_score: f32, b: &str) -> bool {
     let by_score = match policy {
-        NodePolicy::Binpack => a_score.total_cmp(&b_score),
+        NodePolicy::Binpack | NodePolicy::Frag => a_score.total_cmp(&b_score),
         NodePolicy::Spread => b_score.total_cmp(&a_score),
     };
     by_score.then_with(|| b.cmp(a)).is_gt()

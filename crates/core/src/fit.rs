@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::codec::scoring_weights::ScoringWeights;
 use crate::codec::topology::PairScores;
+use crate::frag::live::FragModel;
 use crate::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use crate::policy::{DeviceKeys, GpuPolicy};
 use crate::reason::{NODE_INSUFFICIENT_DEVICE, Reason, ReasonCounts};
@@ -59,6 +60,8 @@ pub struct FitSettings<'a> {
     pub policy: &'a GpuPolicy,
     pub weights: &'a ScoringWeights,
     pub quota: QuotaBudget,
+    /// Set for GPU policy `frag`: device scores come from the fragmentation model.
+    pub frag: Option<&'a FragModel>,
 }
 
 /// Why a container did not fit on a node.
@@ -187,7 +190,10 @@ fn keys_of(
     i: usize,
 ) -> DeviceKeys {
     DeviceKeys {
-        score: device_score(&set.infos[i], &usage[i], Some(req), s.weights),
+        score: match s.frag {
+            Some(m) => m.device_score(set.infos, usage, i, req),
+            None => device_score(&set.infos[i], &usage[i], Some(req), s.weights),
+        },
         numa: set.infos[i].numa,
         used: usage[i].used,
         index: set.infos[i].index,
@@ -553,7 +559,7 @@ mod tests {
             let pair_scores = PairScores::default();
             let facts: Vec<DeviceFacts> = infos.iter().map(|d| DeviceFacts::of(d, "NVIDIA")).collect();
             let set = DeviceSet { infos: &infos, facts: &facts, cordon: &cordon, pair_scores: &pair_scores };
-            let s = FitSettings { vendor: &vendor, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default() };
+            let s = FitSettings { vendor: &vendor, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default(), frag: None };
             let req = ContainerDeviceRequest { nums, dev_type: "NVIDIA".into(), memreq, mem_percentage_req: 101, coresreq };
             let (mut fast, mut walk) = (Vec::new(), Vec::new());
             let mut scratch = FitScratch::default();

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod config;
 pub mod engine;
 pub mod fit;
+pub mod frag;
 pub mod ledger;
 pub mod model;
 pub mod policy;

@@ -12,15 +12,19 @@ pub enum NodePolicy {
     Binpack,
     /// Lowest node score: spread load.
     Spread,
+    /// Largest drop in GPU fragmentation against the typical workload
+    /// ([`crate::frag::live`]); not a HAMi policy.
+    Frag,
 }
 
 impl NodePolicy {
-    /// Pod annotation semantics: anything but `spread` sorts as binpack (HAMi).
+    /// Pod annotation semantics: anything but `spread` (or our `frag`) sorts as
+    /// binpack (HAMi).
     pub fn from_annotation(value: &str) -> Self {
-        if value.trim() == "spread" {
-            NodePolicy::Spread
-        } else {
-            NodePolicy::Binpack
+        match value.trim() {
+            "spread" => NodePolicy::Spread,
+            "frag" => NodePolicy::Frag,
+            _ => NodePolicy::Binpack,
         }
     }
 
@@ -28,6 +32,7 @@ impl NodePolicy {
         match self {
             NodePolicy::Binpack => "binpack",
             NodePolicy::Spread => "spread",
+            NodePolicy::Frag => "frag",
         }
     }
 }
@@ -53,10 +58,11 @@ impl FromStr for NodePolicy {
         match s.trim() {
             "binpack" => Ok(NodePolicy::Binpack),
             "spread" => Ok(NodePolicy::Spread),
+            "frag" => Ok(NodePolicy::Frag),
             other => Err(PolicyParseError {
                 kind: "node",
                 value: other.to_string(),
-                expected: "binpack, spread",
+                expected: "binpack, spread, frag",
             }),
         }
     }
@@ -84,9 +90,13 @@ pub struct GpuPolicy {
     pub mutex: bool,
     /// Choose among all fitting devices by pairwise topology score.
     pub topology_aware: bool,
+    /// `frag`: device scores are the fragmentation left behind
+    /// ([`crate::frag::live`]), preferred highest first like binpack.
+    pub frag: bool,
 }
 
-const GPU_POLICIES: &str = "binpack, spread, mutex, numa, topology-aware, or a comma chain of them";
+const GPU_POLICIES: &str =
+    "binpack, spread, mutex, numa, topology-aware, frag, or a comma chain of them";
 
 impl GpuPolicy {
     /// Parses a policy the way the scheduler reads the pod annotation: unknown single
@@ -100,17 +110,18 @@ impl GpuPolicy {
             .collect();
         let mutex = items.contains(&"mutex");
         let topology_aware = items.contains(&"topology-aware");
+        let frag = items.contains(&"frag");
         let single = items.len() <= 1 && items.first() != Some(&"numa");
         let mut keys = Vec::new();
         if single {
             keys.push(match items.first() {
-                Some(&"binpack") => SortKey::Binpack,
+                Some(&"binpack" | &"frag") => SortKey::Binpack,
                 _ => SortKey::Spread,
             });
         } else {
             for item in &items {
                 let key = match *item {
-                    "binpack" => SortKey::Binpack,
+                    "binpack" | "frag" => SortKey::Binpack,
                     "spread" => SortKey::Spread,
                     "numa" => SortKey::Numa,
                     _ => continue,
@@ -129,6 +140,7 @@ impl GpuPolicy {
             single,
             mutex,
             topology_aware,
+            frag,
         }
     }
 
@@ -137,7 +149,7 @@ impl GpuPolicy {
         for item in value.split(',').map(str::trim) {
             if !matches!(
                 item,
-                "binpack" | "spread" | "mutex" | "numa" | "topology-aware"
+                "binpack" | "spread" | "mutex" | "numa" | "topology-aware" | "frag"
             ) {
                 return Err(PolicyParseError {
                     kind: "gpu",

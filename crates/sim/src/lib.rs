@@ -10,7 +10,8 @@ pub mod arrivals;
 pub mod cli;
 pub mod cluster;
 pub mod error;
-pub mod frag;
+/// The fragmentation core lives in hami-core so the live scheduler shares it.
+pub use hami_core::frag;
 pub mod metrics;
 pub mod policy;
 pub mod runner;

@@ -6,6 +6,7 @@ mod bestfit;
 mod cache;
 mod clustering;
 mod dotprod;
+mod engine;
 mod fgd;
 mod hami;
 mod hami_frag;
@@ -16,6 +17,7 @@ pub use bestfit::{BestFit, bestfit_raw};
 pub use cache::ScoreCache;
 pub use clustering::{Clustering, clustering_score};
 pub use dotprod::{DotProd, dotprod_score};
+pub use engine::{EngineMode, EnginePolicy, gpu_only_workload};
 pub use fgd::{Fgd, fgd_node_score};
 pub use hami::{Hami, HamiMode, hami_device_score, hami_gpus, hami_node_score};
 pub use hami_frag::HamiFrag;
@@ -67,6 +69,9 @@ pub const POLICY_NAMES: &[&str] = &[
     "hami-binpack",
     "hami-spread",
     "hami-frag",
+    "engine-binpack",
+    "engine-spread",
+    "engine-frag",
 ];
 
 /// Builds a policy by name.
@@ -81,6 +86,9 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
         "hami-binpack" => Box::new(Hami::new(HamiMode::Binpack)),
         "hami-spread" => Box::new(Hami::new(HamiMode::Spread)),
         "hami-frag" => Box::new(HamiFrag::new(init, FragScoreConfig::default())),
+        "engine-binpack" => Box::new(EnginePolicy::new(init, EngineMode::Binpack)),
+        "engine-spread" => Box::new(EnginePolicy::new(init, EngineMode::Spread)),
+        "engine-frag" => Box::new(EnginePolicy::new(init, EngineMode::Frag)),
         // `hami-frag:key=value,...` selects a tuning variant (experiments).
         other => match other.strip_prefix("hami-frag:") {
             Some(spec) => Box::new(HamiFrag::new(

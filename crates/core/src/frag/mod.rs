@@ -1,12 +1,14 @@
 //! GPU fragmentation measure (FGD, Weng et al., USENIX ATC '23, §3) and the
 //! node/GPU scoring of our fragmentation-aware policy.
 //!
-//! This module is deliberately self-contained: it only sees plain data (a
+//! Pure and self-contained (moved here from hami-sim): it only sees plain data (a
 //! node's model id, free CPU/memory and per-GPU free milli-shares, and the
 //! typical workload table) so the live scheduler can reuse it unchanged.
 //! GPU shares are in milli-GPU (1000 = one whole GPU).
 
 use rustc_hash::FxHashMap;
+
+pub mod live;
 
 /// Largest GPU count per node that the packed memo key supports. Nodes with
 /// more GPUs still work, they just bypass the memo.
@@ -277,6 +279,20 @@ impl FragMemo {
             map: FxHashMap::default(),
             mem_aware,
         }
+    }
+
+    /// Number of memoised node states.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Forgets every memoised state (bounds memory in long-lived callers).
+    pub fn clear(&mut self) {
+        self.map.clear();
     }
 
     /// F_n(M), memoised when the node state packs into the key.

@@ -1,0 +1,241 @@
+//! The fragmentation measure applied to HAMi's device model, for the live
+//! placement engine (node policy `frag`, GPU policy `frag`).
+//!
+//! Mapping (documented in `docs/simulator.md`):
+//! - a device's free share, in milli-GPU, is `min(free cores %, free memory %) × 10`,
+//!   and 0 when its slots (`count`) are all taken;
+//! - what a container takes of a device is `max(cores %, memory %) × 10`; a whole
+//!   card (cores 100) is 1000;
+//! - the live engine has no CPU or memory data of nodes: every class of the typical
+//!   workload is taken to fit CPU-wise (the simulator's policy adds CPU/memory
+//!   awareness on top of the same measure).
+//!
+//! Node score (node policy `frag`): `F(before) − F(after)` in milli-GPU, the
+//! fragmentation the pod's placement removes (higher is better). Device score (GPU
+//! policy `frag`): `−F(after)` of placing one container's share on the device.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::{FragMemo, ModelSet, NodeView, TaskClass, TypicalWorkload};
+use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::score::Usage;
+
+/// CPU the live engine assumes free on every node (fits any realistic class; the
+/// largest value the memo key packs).
+const LIVE_CPU_FREE: i64 = (1 << 21) - 1;
+
+/// Memoised node states kept before the memo is cleared.
+const MEMO_CAP: usize = 1 << 18;
+
+/// Built-in typical workload: the GPU task shapes of Alibaba's openb default trace
+/// (`openb_pod_list_default.csv`), as (GPUs per task, milli per GPU, share of tasks
+/// in 1/10000), covering 99.6 % of its GPU tasks.
+pub const OPENB_DEFAULT_CLASSES: &[(u32, i32, u32)] = &[
+    (1, 1000, 4798),
+    (1, 810, 1322),
+    (1, 470, 920),
+    (1, 320, 402),
+    (1, 650, 310),
+    (1, 230, 172),
+    (1, 460, 157),
+    (1, 590, 92),
+    (1, 160, 91),
+    (1, 550, 88),
+    (1, 220, 76),
+    (1, 370, 58),
+    (8, 1000, 54),
+    (1, 110, 29),
+    (1, 480, 23),
+    (2, 1000, 20),
+    (4, 1000, 18),
+];
+
+/// A typical workload built from `(num_gpu, milli per GPU, weight)` triples; weights
+/// are normalised. CPU and memory are 0 and every model is allowed.
+pub fn workload_from_shapes(shapes: &[(u32, i32, u32)]) -> TypicalWorkload {
+    let total: f64 = shapes.iter().map(|s| f64::from(s.2)).sum();
+    let classes = shapes
+        .iter()
+        .filter(|s| total > 0.0 && s.2 > 0)
+        .map(|&(num_gpu, gpu_milli, w)| TaskClass {
+            cpu_milli: 0,
+            mem_mib: 0,
+            gpu_milli,
+            num_gpu,
+            models: ModelSet::ANY,
+            weight: f64::from(w) / total,
+        })
+        .collect();
+    TypicalWorkload { classes }
+}
+
+/// The fragmentation model of the live engine: a typical workload and a memo of F
+/// by node state (shared by all pods; safe to use from several threads).
+#[derive(Debug)]
+pub struct FragModel {
+    workload: TypicalWorkload,
+    memo: Mutex<FragMemo>,
+}
+
+impl FragModel {
+    pub fn new(workload: TypicalWorkload) -> Self {
+        Self {
+            workload,
+            memo: Mutex::new(FragMemo::new(false)),
+        }
+    }
+
+    /// The model built from [`OPENB_DEFAULT_CLASSES`], shared process-wide.
+    pub fn builtin() -> Arc<FragModel> {
+        static BUILTIN: OnceLock<Arc<FragModel>> = OnceLock::new();
+        BUILTIN
+            .get_or_init(|| Arc::new(FragModel::new(workload_from_shapes(OPENB_DEFAULT_CLASSES))))
+            .clone()
+    }
+
+    pub fn workload(&self) -> &TypicalWorkload {
+        &self.workload
+    }
+
+    /// F of a node whose devices have these free shares (milli-GPU).
+    pub fn frag_of(&self, shares: &[i32]) -> f64 {
+        let view = NodeView {
+            model: 0,
+            cpu_free: LIVE_CPU_FREE,
+            mem_free: 0,
+            gpu_free: shares,
+        };
+        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        if memo.len() >= MEMO_CAP {
+            memo.clear();
+        }
+        memo.frag(&view, &self.workload)
+    }
+
+    /// Device score of GPU policy `frag`: `−F(after)` (milli-GPU) when `req` takes
+    /// device `pos` of a node whose devices are `infos` with `usage`. Higher is better.
+    pub fn device_score(
+        &self,
+        infos: &[DeviceInfo],
+        usage: &[Usage],
+        pos: usize,
+        req: &ContainerDeviceRequest,
+    ) -> f32 {
+        let mut shares: Vec<i32> = infos
+            .iter()
+            .zip(usage)
+            .map(|(d, u)| free_share(d, u))
+            .collect();
+        if let (Some(info), Some(u), Some(s)) =
+            (infos.get(pos), usage.get(pos), shares.get_mut(pos))
+        {
+            let mut after = *u;
+            after.add(
+                1,
+                u64::from(req.memory_on(info.devmem)),
+                u64::from(req.cores_clamped()),
+            );
+            *s = free_share(info, &after);
+        }
+        -(self.frag_of(&shares) as f32)
+    }
+
+    /// Node score of node policy `frag`: `F(before) − F(after)` in milli-GPU.
+    pub fn node_gain(&self, before: &[i32], after: &[i32]) -> f32 {
+        (self.frag_of(before) - self.frag_of(after)) as f32
+    }
+}
+
+/// Free share of a device in milli-GPU: `min(free cores, free memory)` as a fraction
+/// of the device, ×1000; 0 when no slot is left or the device has no capacity.
+pub fn free_share(info: &DeviceInfo, u: &Usage) -> i32 {
+    if info.count == 0 || u.used >= info.count || info.devcore == 0 || info.devmem == 0 {
+        return 0;
+    }
+    let cores =
+        u64::from(info.devcore).saturating_sub(u.usedcores) * 1000 / u64::from(info.devcore);
+    let mem = u64::from(info.devmem).saturating_sub(u.usedmem) * 1000 / u64::from(info.devmem);
+    cores.min(mem).min(1000) as i32
+}
+
+/// What a container taking `cores` % and `mem` MiB of a device uses of it, in
+/// milli-GPU: `max(cores, memory)` as a fraction of the device (whole card = 1000).
+pub fn taken_share(info: &DeviceInfo, cores: u32, mem: u32) -> i32 {
+    if info.devcore == 0 || info.devmem == 0 {
+        return 0;
+    }
+    let c = u64::from(cores) * 1000 / u64::from(info.devcore);
+    let m = u64::from(mem) * 1000 / u64::from(info.devmem);
+    c.max(m).min(1000) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(i: u32) -> DeviceInfo {
+        DeviceInfo {
+            id: format!("GPU-{i}"),
+            index: i,
+            count: 10,
+            devmem: 1000,
+            devcore: 100,
+            dev_type: "NVIDIA-A100".into(),
+            health: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn shares_follow_the_tighter_dimension() {
+        let d = dev(0);
+        let u = Usage {
+            used: 1,
+            usedmem: 300,
+            usedcores: 50,
+        };
+        assert_eq!(free_share(&d, &u), 500);
+        let full = Usage {
+            used: 10,
+            ..Usage::default()
+        };
+        assert_eq!(free_share(&d, &full), 0);
+        assert_eq!(taken_share(&d, 100, 0), 1000);
+        assert_eq!(taken_share(&d, 20, 400), 400);
+    }
+
+    #[test]
+    fn builtin_weights_sum_to_one() {
+        let m = FragModel::builtin();
+        let s: f64 = m.workload().classes.iter().map(|c| c.weight).sum();
+        assert!((s - 1.0).abs() < 1e-9);
+        // An empty 8-GPU node strands nothing; a 100-milli sliver is stranded for
+        // every class larger than that.
+        assert_eq!(m.frag_of(&[1000; 8]), 0.0);
+        assert!(m.frag_of(&[100, 1000, 1000, 1000, 1000, 1000, 1000, 1000]) > 90.0);
+    }
+
+    #[test]
+    fn device_score_prefers_the_exact_fit() {
+        let m = FragModel::new(workload_from_shapes(&[(1, 500, 1), (1, 1000, 1)]));
+        let infos = [dev(0), dev(1)];
+        let usage = [
+            Usage {
+                used: 1,
+                usedmem: 500,
+                usedcores: 50,
+            },
+            Usage::default(),
+        ];
+        let req = ContainerDeviceRequest {
+            nums: 1,
+            dev_type: "NVIDIA".into(),
+            memreq: 0,
+            mem_percentage_req: 50,
+            coresreq: 50,
+        };
+        let on_half = m.device_score(&infos, &usage, 0, &req);
+        let on_empty = m.device_score(&infos, &usage, 1, &req);
+        assert!(on_half > on_empty, "{on_half} vs {on_empty}");
+    }
+}

@@ -1,0 +1,82 @@
+//! Policies driven by hami-core's placement engine against the simulator's own
+//! implementations of the same policies.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
+
+use std::path::PathBuf;
+
+use hami_sim::Experiment;
+use hami_sim::arrivals::sample_arrivals;
+
+fn experiment() -> Experiment {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/openb");
+    Experiment::load(
+        &p.join("openb_node_list_gpu_node.csv"),
+        &p.join("openb_pod_list_default.csv"),
+    )
+    .expect("the openb trace under ../shared/openb")
+}
+
+/// The first `n` arrivals of seed 42 (debug builds are slow; the prefix still fills
+/// part of the cluster and exercises sharing, whole-GPU and CPU-only tasks).
+fn prefix(exp: &Experiment, n: usize) -> (Vec<hami_sim::trace::PodRecord>, Vec<u32>) {
+    let arr = sample_arrivals(&exp.pods, exp.nodes.len(), exp.capacity(), 1.3, 42);
+    (arr.pods.into_iter().take(n).collect(), arr.ranks)
+}
+
+/// HAMi binpack in hami-core's engine makes exactly the simulator's decisions
+/// (same formulas; node ties by rank = engine ties by name).
+#[test]
+fn engine_binpack_matches_native_decisions() {
+    let exp = experiment();
+    let (pods, ranks) = prefix(&exp, 3000);
+    let native = exp
+        .run_arrivals("hami-binpack", 42, &pods, &ranks, 20)
+        .unwrap();
+    let engine = exp
+        .run_arrivals("engine-binpack", 42, &pods, &ranks, 20)
+        .unwrap();
+    // Same nodes and GPU counts; among equal GPUs HAMi's walk (from the end of a
+    // stable sort) takes the highest index, the engine the lowest.
+    let shape = |d: &Option<hami_sim::policy::Placement>| d.map(|p| (p.node, p.gpus.count_ones()));
+    let differing = native
+        .output
+        .decisions
+        .iter()
+        .zip(&engine.output.decisions)
+        .filter(|(a, b)| shape(a) != shape(b))
+        .count();
+    assert_eq!(differing, 0);
+    assert_eq!(native.output.events, engine.output.events);
+}
+
+/// Spread agrees up to float ties (the engine scores in f32 like HAMi, the
+/// simulator in f64): allocation stays within a fraction of a point.
+#[test]
+fn engine_spread_tracks_native() {
+    let exp = experiment();
+    let (pods, ranks) = prefix(&exp, 3000);
+    let used = |policy: &str| {
+        let run = exp.run_arrivals(policy, 42, &pods, &ranks, 20).unwrap();
+        run.output.events.last().map_or(0, |e| e.used)
+    };
+    let (native, engine) = (used("hami-spread"), used("engine-spread"));
+    let diff = (native - engine).abs() as f64 / exp.capacity() as f64;
+    assert!(diff < 0.005, "native {native} vs engine {engine}");
+}
+
+/// The engine's frag policy places every task the cluster can take early on and
+/// is deterministic run to run.
+#[test]
+fn engine_frag_is_deterministic() {
+    let exp = experiment();
+    let (pods, ranks) = prefix(&exp, 1500);
+    let a = exp
+        .run_arrivals("engine-frag", 42, &pods, &ranks, 20)
+        .unwrap();
+    let b = exp
+        .run_arrivals("engine-frag", 42, &pods, &ranks, 20)
+        .unwrap();
+    assert_eq!(a.output.decisions, b.output.decisions);
+    assert!(a.output.decisions.iter().all(Option::is_some));
+}
