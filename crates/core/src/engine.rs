@@ -317,21 +317,63 @@ pub fn place(
     ledger: &Ledger,
     candidates: &[String],
 ) -> Placement {
-    let mut out = Placement::default();
+    let mut failed = BTreeMap::new();
+    let mut scores = BTreeMap::new();
+    let chosen = scan(
+        plan,
+        registry,
+        ledger,
+        candidates.iter().map(String::as_str),
+        |name, outcome| match outcome {
+            Ok(score) => {
+                scores.insert(name.to_string(), score);
+            }
+            Err(None) => {
+                failed.insert(name.to_string(), NODE_UNREGISTERED.to_string());
+            }
+            Err(Some(f)) => {
+                failed.insert(name.to_string(), f.render());
+            }
+        },
+    );
+    Placement {
+        chosen,
+        failed,
+        scores,
+    }
+}
+
+/// [`place`] without the per-node report: only the chosen node and its devices. For
+/// callers that place many pods and never show why other nodes lost (simulations).
+pub fn place_best<'a>(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    ledger: &Ledger,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<(String, NodeFit)> {
+    scan(plan, registry, ledger, candidates, |_, _| {})
+}
+
+/// Fits the pod on every candidate, reporting each outcome (`Err(None)` = unknown
+/// node), and returns the best node under the pod's node policy.
+fn scan<'a>(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    ledger: &Ledger,
+    candidates: impl IntoIterator<Item = &'a str>,
+    mut report: impl FnMut(&'a str, Result<f32, Option<FitFailure>>),
+) -> Option<(String, NodeFit)> {
     let mut scratch = Scratch::default();
     let mut best: Option<(&NodeState, f32)> = None;
     for name in candidates {
         let Some(node) = ledger.node(name) else {
-            out.failed
-                .insert(name.clone(), NODE_UNREGISTERED.to_string());
+            report(name, Err(None));
             continue;
         };
         match fit_node_compact(plan, registry, node, &mut scratch) {
-            Err(f) => {
-                out.failed.insert(name.clone(), f.render());
-            }
+            Err(f) => report(name, Err(Some(f))),
             Ok(score) => {
-                out.scores.insert(name.clone(), score);
+                report(name, Ok(score));
                 let better = best.is_none_or(|(b, b_score)| {
                     better_node(plan.node_policy, score, name, b_score, b.name())
                 });
@@ -342,13 +384,12 @@ pub fn place(
             }
         }
     }
-    out.chosen = best.map(|(node, score)| {
+    best.map(|(node, score)| {
         (
             node.name().to_string(),
             materialize(plan, node, &scratch.best, score),
         )
-    });
-    out
+    })
 }
 
 /// Whether node `a` beats node `b` under the policy; ties go to the smaller name.

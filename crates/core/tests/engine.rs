@@ -395,3 +395,31 @@ fn fit_node_reports_insufficient_devices_for_nodes_without_vendor() {
     let err = fit_node(&plan(&gpu_pod("p", 1, 1, 0)), &registry(), node).unwrap_err();
     assert_eq!(err, FitFailure::InsufficientDevices);
 }
+
+#[test]
+fn place_best_chooses_what_place_chooses() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "a", 2, 1000);
+    add_node(&mut ledger, "b", 4, 2000);
+    add_node(&mut ledger, "c", 1, 100);
+    place_and_reserve(&mut ledger, &gpu_pod("p1", 1, 300, 20)).unwrap();
+    for (i, pod) in [
+        gpu_pod("x", 1, 500, 10),
+        gpu_pod("y", 2, 900, 50),
+        gpu_pod("z", 5, 1, 0),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = plan(pod);
+        let all = place_one(&ledger, &p);
+        let names = names(&ledger);
+        let best = hami_core::engine::place_best(
+            &p,
+            &registry(),
+            &ledger,
+            names.iter().map(String::as_str),
+        );
+        assert_eq!(best, all.chosen, "pod {i}");
+    }
+}

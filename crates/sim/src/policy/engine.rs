@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hami_core::config::DeviceConfig;
-use hami_core::engine::{PodPlan, SchedulerDefaults, place};
+use hami_core::engine::{PodPlan, SchedulerDefaults, place_best};
 use hami_core::frag::live::FragModel;
 use hami_core::frag::{ModelSet, TaskClass, TypicalWorkload};
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
@@ -224,13 +224,12 @@ impl Policy for EnginePolicy {
         let Some(plan) = self.plan_for(task) else {
             return self.cpu_only.place(cluster, ranks, task, feasible);
         };
-        let candidates: Vec<String> = feasible
+        let names = &self.names;
+        let candidates = feasible
             .iter()
-            .filter_map(|&n| self.names.get(n as usize).cloned())
-            .collect();
+            .filter_map(|&n| names.get(n as usize).map(String::as_str));
+        let (name, fit) = place_best(&plan, &self.registry, self.ledger.as_ref()?, candidates)?;
         let ledger = self.ledger.as_mut()?;
-        let out = place(&plan, &self.registry, ledger, &candidates);
-        let (name, fit) = out.chosen?;
         let node = *self.index.get(&name)?;
         let mut gpus = 0u16;
         for dev in fit.devices.values().flatten().flatten() {
