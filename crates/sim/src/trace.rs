@@ -255,48 +255,25 @@ fn normalise_pod(
 
 /// Loads a pod list; `gpu_spec` is optional (the multigpu files lack it).
 pub fn load_pods(path: &Path, models: &mut ModelTable) -> Result<Vec<PodRecord>, SimError> {
-    let csv = Csv::read(path)?;
-    let c_name = csv.column("name")?;
-    let c_cpu = csv.column("cpu_milli")?;
-    let c_mem = csv.column("memory_mib")?;
-    let c_num = csv.column("num_gpu")?;
-    let c_milli = csv.column("gpu_milli")?;
-    let c_spec = csv.header.get("gpu_spec").copied();
-    let mut pods = Vec::with_capacity(csv.rows.len());
-    for (line, row) in &csv.rows {
-        let line = *line;
-        let spec = match c_spec {
-            Some(c) => row.get(c).map_or("", String::as_str),
-            None => "",
-        };
-        let pod = normalise_pod(
-            csv.field(line, row, c_name, "name")?,
-            csv.int(line, row, c_cpu, "cpu_milli")?,
-            csv.int(line, row, c_mem, "memory_mib")?,
-            csv.int(line, row, c_num, "num_gpu")?,
-            csv.int(line, row, c_milli, "gpu_milli")?,
-            spec,
-            models,
-        )
-        .map_err(|m| csv.bad(line, m))?;
-        pods.push(pod);
-    }
-    if pods.is_empty() {
-        return Err(SimError::Empty {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(pods)
+    read_pods(path, "name", models)
 }
 
-/// Loads the golden arrival order (`seq,pod,base_pod,cpu_milli,...`).
+/// Loads the golden arrival order (`seq,pod,base_pod,cpu_milli,...`): the columns of a
+/// pod list, with `pod` as the name.
 pub fn load_replay_arrivals(
     path: &Path,
     models: &mut ModelTable,
 ) -> Result<Vec<PodRecord>, SimError> {
-    // Same columns as a pod list, with `pod` as the name.
+    read_pods(path, "pod", models)
+}
+
+fn read_pods(
+    path: &Path,
+    name_column: &str,
+    models: &mut ModelTable,
+) -> Result<Vec<PodRecord>, SimError> {
     let csv = Csv::read(path)?;
-    let c_name = csv.column("pod")?;
+    let c_name = csv.column(name_column)?;
     let c_cpu = csv.column("cpu_milli")?;
     let c_mem = csv.column("memory_mib")?;
     let c_num = csv.column("num_gpu")?;
@@ -307,7 +284,7 @@ pub fn load_replay_arrivals(
         let line = *line;
         let spec = c_spec.and_then(|c| row.get(c)).map_or("", String::as_str);
         let pod = normalise_pod(
-            csv.field(line, row, c_name, "pod")?,
+            csv.field(line, row, c_name, name_column)?,
             csv.int(line, row, c_cpu, "cpu_milli")?,
             csv.int(line, row, c_mem, "memory_mib")?,
             csv.int(line, row, c_num, "num_gpu")?,
