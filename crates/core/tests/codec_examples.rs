@@ -1440,3 +1440,16 @@ mod topology {
         }
     }
 }
+
+#[test]
+fn handshake_leap_second_is_unparsable_as_in_go() {
+    use hami_core::codec::{Handshake, decode_handshake};
+    assert_eq!(
+        decode_handshake("Requesting_2026-01-01 00:00:60"),
+        Handshake::Requesting(None)
+    );
+    assert!(matches!(
+        decode_handshake("Requesting_2026-01-01 00:00:59"),
+        Handshake::Requesting(Some(_))
+    ));
+}

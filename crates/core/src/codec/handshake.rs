@@ -4,7 +4,7 @@
 //! NVIDIA today, a fresh register annotation) to answer before the request grows stale.
 //! Only two things matter to a reader: is a request pending, and since when.
 
-use chrono::NaiveDateTime;
+use chrono::{NaiveDateTime, Timelike};
 
 /// The marker whose presence anywhere in the value means "a request is pending".
 pub const REQUESTING: &str = "Requesting";
@@ -51,4 +51,7 @@ fn parse_handshake_time(text: &str) -> Option<NaiveDateTime> {
     [TIME_FORMAT, LEGACY_TIME_FORMAT]
         .iter()
         .find_map(|layout| NaiveDateTime::parse_from_str(text, &format!("{layout}%.f")).ok())
+        // chrono accepts a leap second (`:60`), Go's parser does not: HAMi would see an
+        // unparsable time, and a leap second could not be written back unchanged.
+        .filter(|t| t.nanosecond() < 1_000_000_000)
 }
