@@ -61,11 +61,12 @@ pub struct ExplainArgs {
     /// The pod to place (a Pod manifest, JSON or YAML).
     #[arg(long)]
     pub pod: PathBuf,
-    /// Default node policy (a pod's `hami.io/node-scheduler-policy` overrides it).
+    /// Default node policy: binpack, spread or frag (fragmentation-aware); a pod's
+    /// `hami.io/node-scheduler-policy` overrides it.
     #[arg(long, default_value = "binpack")]
     pub node_policy: hami_core::policy::NodePolicy,
-    /// Default GPU policy: binpack, spread, mutex, numa, topology-aware or a comma
-    /// chain (a pod's `hami.io/gpu-scheduler-policy` overrides it).
+    /// Default GPU policy: binpack, spread, mutex, numa, topology-aware, frag or a
+    /// comma chain (a pod's `hami.io/gpu-scheduler-policy` overrides it).
     #[arg(long, default_value = "spread")]
     pub gpu_policy: hami_core::policy::GpuPolicy,
     /// HAMi `device-config.yaml` (resource names, defaults, memory factor).
