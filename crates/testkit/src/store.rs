@@ -51,6 +51,8 @@ struct Inner {
 pub struct Store {
     inner: Mutex<Inner>,
     rv_tx: watch::Sender<u64>,
+    /// Bumped to end every open watch (fault injection: a dropped connection).
+    drop_tx: watch::Sender<u64>,
     hasher: RandomState,
 }
 
@@ -117,6 +119,7 @@ impl Store {
                 seq: 0,
             }),
             rv_tx: watch::channel(0).0,
+            drop_tx: watch::channel(0).0,
             hasher: RandomState::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
@@ -142,6 +145,17 @@ impl Store {
     /// Subscribe to resourceVersion changes (watch streams wait on this).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.rv_tx.subscribe()
+    }
+
+    /// Ends every open watch stream, as a dropped connection or an API
+    /// server restart would; clients must re-watch (and re-list on 410).
+    pub fn drop_watches(&self) {
+        self.drop_tx.send_modify(|n| *n += 1);
+    }
+
+    /// Notified by [`Store::drop_watches`].
+    pub fn subscribe_drops(&self) -> watch::Receiver<u64> {
+        self.drop_tx.subscribe()
     }
 
     /// Drops the whole event history, so any watch from an older

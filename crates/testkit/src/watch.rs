@@ -37,6 +37,7 @@ fn line(kind: &str, object: &Value) -> Bytes {
 pub async fn run(store: Arc<Store>, req: WatchRequest, tx: mpsc::Sender<Bytes>) {
     let deadline = Instant::now() + req.timeout;
     let mut rv_rx = store.subscribe();
+    let mut drop_rx = store.subscribe_drops();
     let ns = req.namespace.as_deref();
     let mut cursor = match req.resource_version {
         Some(rv) if rv > 0 => rv,
@@ -98,6 +99,7 @@ pub async fn run(store: Arc<Store>, req: WatchRequest, tx: mpsc::Sender<Bytes>) 
             }
             () = tokio::time::sleep_until(deadline) => return,
             () = tx.closed() => return,
+            _ = drop_rx.changed() => return,
         }
     }
 }
