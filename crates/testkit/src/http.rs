@@ -1,0 +1,204 @@
+//! The HTTP/1.1 server: hyper plumbing, body limits, JSON and streaming replies.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::routes::{self, Reply, Settings};
+use crate::status::ApiError;
+use crate::store::Store;
+
+type Body = UnsyncBoxBody<Bytes, Infallible>;
+
+/// Emulator settings.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Events kept for watches; a watch from before them gets 410.
+    pub history_limit: usize,
+    /// How often a watch with `allowWatchBookmarks` gets a BOOKMARK when its
+    /// resourceVersion moved (the real server: about once a minute).
+    pub bookmark_interval: Duration,
+    /// Watch length when the client sends no `timeoutSeconds`.
+    pub default_watch_timeout: Duration,
+    /// Request body limit; the real server's is 3 MiB.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            history_limit: 10_000,
+            bookmark_interval: Duration::from_secs(1),
+            default_watch_timeout: Duration::from_secs(1800),
+            max_body_bytes: 3 * 1024 * 1024,
+        }
+    }
+}
+
+/// A running emulator; stops serving when dropped.
+#[derive(Debug)]
+pub struct ApiServer {
+    addr: SocketAddr,
+    store: Arc<Store>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        // Dropping the accept task drops its JoinSet, which aborts every connection.
+        self.task.abort();
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    store: Arc<Store>,
+    settings: Settings,
+    max_body: usize,
+}
+
+impl ApiServer {
+    /// Starts on 127.0.0.1 with a random port and default options.
+    pub async fn start() -> std::io::Result<Self> {
+        Self::start_with(Options::default()).await
+    }
+
+    /// Starts on 127.0.0.1 with a random port.
+    pub async fn start_with(opts: Options) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let store = Arc::new(Store::new(opts.history_limit));
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            settings: Settings {
+                bookmark_interval: opts.bookmark_interval,
+                default_watch_timeout: opts.default_watch_timeout,
+            },
+            max_body: opts.max_body_bytes,
+        });
+        let task = tokio::spawn(accept_loop(listener, shared));
+        Ok(Self { addr, store, task })
+    }
+
+    /// Base URL, e.g. `http://127.0.0.1:34567`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Direct access to the objects, for seeding and assertions.
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                // Accept errors (e.g. too many open files) are transient: keep serving.
+                let Ok((stream, _)) = accepted else { continue };
+                let shared = shared.clone();
+                conns.spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let shared = shared.clone();
+                        async move { Ok::<_, Infallible>(serve(&shared, req).await) }
+                    });
+                    let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+fn full(code: u16, v: &Value) -> Response<Body> {
+    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
+    *resp.status_mut() =
+        hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn error(e: &ApiError) -> Response<Body> {
+    full(e.code(), &e.to_status())
+}
+
+async fn serve(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
+    let query: HashMap<String, String> = req
+        .uri()
+        .query()
+        .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let content_type = req
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = match Limited::new(req.into_body(), shared.max_body)
+        .collect()
+        .await
+    {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return error(&ApiError::RequestEntityTooLarge {
+                message: "the server has received a request that is too large".into(),
+            });
+        }
+    };
+    match routes::handle(
+        &shared.store,
+        &shared.settings,
+        &method,
+        &path,
+        &query,
+        &content_type,
+        &body,
+    ) {
+        Ok(Reply::Json(code, v)) => full(code, &v),
+        Ok(Reply::Watch(w)) => {
+            let (tx, rx) = mpsc::channel::<Bytes>(64);
+            tokio::spawn(crate::watch::run(shared.store.clone(), w, tx));
+            let stream = futures::stream::unfold(rx, |mut rx| async move {
+                rx.recv()
+                    .await
+                    .map(|b| (Ok::<_, Infallible>(Frame::data(b)), rx))
+            })
+            .boxed();
+            let mut resp = Response::new(BodyExt::boxed_unsync(StreamBody::new(stream)));
+            resp.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            resp
+        }
+        Err(e) => error(&e),
+    }
+}

@@ -1,0 +1,22 @@
+//! Test kit for hami-rs: an in-process Kubernetes API server emulator that the
+//! real `kube::Client` talks to over plain HTTP on 127.0.0.1.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! let server = hami_testkit::ApiServer::start().await?;
+//! println!("point kube::Config::new at {}", server.url());
+//! # Ok(()) }
+//! ```
+
+mod http;
+pub mod patch;
+pub mod resources;
+mod routes;
+pub mod selectors;
+pub mod status;
+pub mod store;
+mod watch;
+
+pub use http::{ApiServer, Options};
+pub use status::ApiError;
+pub use store::Store;

@@ -1,0 +1,463 @@
+//! The object store: JSON objects keyed by (resource, namespace, name), one
+//! monotonic resourceVersion counter, and a bounded event history for watches.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+
+use crate::resources::{self, Resource};
+use crate::selectors::Selector;
+use crate::status::ApiError;
+
+/// Watch event type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One recorded change.
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub rv: u64,
+    pub kind: EventType,
+    pub resource: &'static str,
+    pub namespace: String,
+    pub object: Value,
+    /// The object before a modification, so that selector-filtered watches can
+    /// turn "left the selector" into DELETED and "entered it" into ADDED.
+    pub previous: Option<Value>,
+}
+
+type Key = (&'static str, String, String);
+
+#[derive(Debug)]
+struct Inner {
+    objects: BTreeMap<Key, Value>,
+    rv: u64,
+    history: VecDeque<Event>,
+    /// Highest resourceVersion whose event has been dropped from `history`.
+    compacted: u64,
+    history_limit: usize,
+    seq: u64,
+}
+
+/// Thread-safe store. The lock is never held across an `.await`.
+#[derive(Debug)]
+pub struct Store {
+    inner: Mutex<Inner>,
+    rv_tx: watch::Sender<u64>,
+    /// Bumped to end every open watch (fault injection: a dropped connection).
+    drop_tx: watch::Sender<u64>,
+    hasher: RandomState,
+}
+
+/// What an update must match.
+#[derive(Debug, Clone, Default)]
+pub struct Preconditions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+fn meta(obj: &Value, field: &str) -> Option<String> {
+    obj.get("metadata")?
+        .get(field)?
+        .as_str()
+        .map(str::to_string)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    // Callers have checked `obj` is an object, so indexing cannot panic.
+    let slot = &mut obj["metadata"];
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    match slot {
+        Value::Object(m) => m,
+        _ => unreachable!("metadata was just set to an object"),
+    }
+}
+
+/// Everything but metadata and status: a change here bumps `generation`.
+fn spec_part(obj: &Value) -> Value {
+    match obj {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+fn now() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new(10_000)
+    }
+}
+
+impl Store {
+    /// A store keeping the last `history_limit` events for watches, with the
+    /// namespaces a fresh cluster has.
+    pub fn new(history_limit: usize) -> Self {
+        let store = Self {
+            inner: Mutex::new(Inner {
+                objects: BTreeMap::new(),
+                rv: 0,
+                history: VecDeque::new(),
+                compacted: 0,
+                history_limit: history_limit.max(1),
+                seq: 0,
+            }),
+            rv_tx: watch::channel(0).0,
+            drop_tx: watch::channel(0).0,
+            hasher: RandomState::new(),
+        };
+        for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            // Cannot fail on an empty store.
+            let _ = store.create(
+                &resources::NAMESPACES,
+                None,
+                json!({"metadata": {"name": ns}}),
+            );
+        }
+        store
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Current (latest) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.lock().rv
+    }
+
+    /// Subscribe to resourceVersion changes (watch streams wait on this).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.rv_tx.subscribe()
+    }
+
+    /// Ends every open watch stream, as a dropped connection or an API
+    /// server restart would; clients must re-watch (and re-list on 410).
+    pub fn drop_watches(&self) {
+        self.drop_tx.send_modify(|n| *n += 1);
+    }
+
+    /// Notified by [`Store::drop_watches`].
+    pub fn subscribe_drops(&self) -> watch::Receiver<u64> {
+        self.drop_tx.subscribe()
+    }
+
+    /// Drops the whole event history, so any watch from an older
+    /// resourceVersion gets 410 — lets tests provoke an expired watch.
+    pub fn compact(&self) {
+        let mut g = self.lock();
+        g.compacted = g.rv;
+        g.history.clear();
+    }
+
+    fn uid(&self, g: &mut Inner) -> String {
+        g.seq += 1;
+        let a = self.hasher.hash_one(g.seq);
+        let b = self.hasher.hash_one(a ^ 0x9e37_79b9_7f4a_7c15);
+        let x = (u128::from(a) << 64 | u128::from(b)) & !(0xf << 76) | (0x4 << 76);
+        let h = format!("{x:032x}");
+        format!(
+            "{}-{}-{}-{}-{}",
+            &h[..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..]
+        )
+    }
+
+    fn record(&self, g: &mut Inner, ev: Event) {
+        g.history.push_back(ev);
+        while g.history.len() > g.history_limit {
+            if let Some(old) = g.history.pop_front() {
+                g.compacted = old.rv;
+            }
+        }
+        self.rv_tx.send_replace(g.rv);
+    }
+
+    fn ns_key(res: &Resource, ns: Option<&str>) -> String {
+        if res.namespaced {
+            ns.unwrap_or("").to_string()
+        } else {
+            String::new()
+        }
+    }
+
+    pub fn get(&self, res: &Resource, ns: Option<&str>, name: &str) -> Result<Value, ApiError> {
+        let g = self.lock();
+        g.objects
+            .get(&(res.id, Self::ns_key(res, ns), name.to_string()))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res.plural, name))
+    }
+
+    /// Lists matching objects (all namespaces when `ns` is None) and the
+    /// resourceVersion the list is consistent with.
+    pub fn list(&self, res: &Resource, ns: Option<&str>, sel: &Selector) -> (Vec<Value>, u64) {
+        let g = self.lock();
+        let items = g
+            .objects
+            .iter()
+            .filter(|((r, n, _), _)| *r == res.id && ns.is_none_or(|ns| ns == n))
+            .filter(|(_, o)| sel.matches(o))
+            .map(|(_, o)| o.clone())
+            .collect();
+        (items, g.rv)
+    }
+
+    pub fn create(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        mut obj: Value,
+    ) -> Result<Value, ApiError> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        check_type(res, &mut obj)?;
+        let mut g = self.lock();
+        let nskey = Self::ns_key(res, ns);
+        if res.namespaced {
+            match meta(&obj, "namespace") {
+                Some(n) if !n.is_empty() && n != nskey => {
+                    return Err(ApiError::bad_request(
+                        "the namespace of the provided object does not match the namespace sent on the request",
+                    ));
+                }
+                _ => {}
+            }
+            if !g
+                .objects
+                .contains_key(&(resources::NAMESPACES.id, String::new(), nskey.clone()))
+            {
+                return Err(ApiError::not_found("namespaces", &nskey));
+            }
+        }
+        let mut name = meta(&obj, "name").unwrap_or_default();
+        if name.is_empty() {
+            let Some(prefix) = meta(&obj, "generateName").filter(|p| !p.is_empty()) else {
+                return Err(ApiError::invalid(format!(
+                    "{} \"\" is invalid: metadata.name: Required value: name or generateName is required",
+                    res.kind
+                )));
+            };
+            let suffix = self.uid(&mut g);
+            name = format!("{prefix}{}", &suffix[..5]);
+        }
+        let key = (res.id, nskey.clone(), name.clone());
+        if g.objects.contains_key(&key) {
+            return Err(ApiError::already_exists(res.plural, &name));
+        }
+        g.rv += 1;
+        let uid = self.uid(&mut g);
+        let m = meta_mut(&mut obj);
+        m.insert("name".into(), name.into());
+        if res.namespaced {
+            m.insert("namespace".into(), nskey.clone().into());
+        } else {
+            m.remove("namespace");
+        }
+        m.insert("uid".into(), uid.into());
+        m.insert("creationTimestamp".into(), now().into());
+        m.insert("generation".into(), 1.into());
+        m.insert("resourceVersion".into(), g.rv.to_string().into());
+        defaults(res, &mut obj);
+        g.objects.insert(key, obj.clone());
+        let ev = Event {
+            rv: g.rv,
+            kind: EventType::Added,
+            resource: res.id,
+            namespace: nskey,
+            object: obj.clone(),
+            previous: None,
+        };
+        self.record(&mut g, ev);
+        Ok(obj)
+    }
+
+    /// Replaces an object with `f(current)` under optimistic concurrency: a
+    /// non-empty `metadata.resourceVersion` in the result that differs from the
+    /// stored one is a 409 Conflict. Identity fields are kept; a no-op change
+    /// does not bump the resourceVersion (as the real server).
+    pub fn update_with(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Value, ApiError> {
+        let mut g = self.lock();
+        let key = (res.id, Self::ns_key(res, ns), name.to_string());
+        let cur = g
+            .objects
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(res.plural, name))?;
+        let mut new = f(&cur)?;
+        if !new.is_object() {
+            return Err(ApiError::bad_request("the body must be a JSON object"));
+        }
+        check_type(res, &mut new)?;
+        if let Some(n) = meta(&new, "name").filter(|n| n != name) {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        if res.namespaced && meta(&new, "namespace").is_some_and(|n| !n.is_empty() && n != key.1) {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let cur_rv = meta(&cur, "resourceVersion").unwrap_or_default();
+        if meta(&new, "resourceVersion").is_some_and(|rv| !rv.is_empty() && rv != cur_rv) {
+            return Err(ApiError::conflict(res.plural, name));
+        }
+        if meta(&new, "uid")
+            .is_some_and(|u| !u.is_empty() && Some(&u) != meta(&cur, "uid").as_ref())
+        {
+            return Err(ApiError::conflict(res.plural, name));
+        }
+        let cm = cur.get("metadata").cloned().unwrap_or_default();
+        let generation = cm.get("generation").and_then(Value::as_i64).unwrap_or(1);
+        let bumped = if spec_part(&new) != spec_part(&cur) {
+            generation + 1
+        } else {
+            generation
+        };
+        let m = meta_mut(&mut new);
+        for f in ["name", "namespace", "uid", "creationTimestamp"] {
+            match cm.get(f) {
+                Some(v) => m.insert(f.into(), v.clone()),
+                None => m.remove(f),
+            };
+        }
+        m.insert("generation".into(), bumped.into());
+        m.insert("resourceVersion".into(), cur_rv.into());
+        if new == cur {
+            return Ok(cur);
+        }
+        g.rv += 1;
+        meta_mut(&mut new).insert("resourceVersion".into(), g.rv.to_string().into());
+        g.objects.insert(key.clone(), new.clone());
+        let ev = Event {
+            rv: g.rv,
+            kind: EventType::Modified,
+            resource: res.id,
+            namespace: key.1,
+            object: new.clone(),
+            previous: Some(cur),
+        };
+        self.record(&mut g, ev);
+        Ok(new)
+    }
+
+    /// Deletes at once (no graceful deletion: there is no kubelet to finish it).
+    pub fn delete(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        name: &str,
+        pre: &Preconditions,
+    ) -> Result<Value, ApiError> {
+        let mut g = self.lock();
+        let key = (res.id, Self::ns_key(res, ns), name.to_string());
+        let cur = g
+            .objects
+            .get(&key)
+            .ok_or_else(|| ApiError::not_found(res.plural, name))?;
+        let failed = |want: &Option<String>, f: &str| {
+            want.as_ref()
+                .is_some_and(|w| Some(w) != meta(cur, f).as_ref())
+        };
+        if failed(&pre.uid, "uid") || failed(&pre.resource_version, "resourceVersion") {
+            return Err(ApiError::conflict(res.plural, name));
+        }
+        let mut obj = g.objects.remove(&key).unwrap_or_default();
+        g.rv += 1;
+        meta_mut(&mut obj).insert("resourceVersion".into(), g.rv.to_string().into());
+        let ev = Event {
+            rv: g.rv,
+            kind: EventType::Deleted,
+            resource: res.id,
+            namespace: key.1,
+            object: obj.clone(),
+            previous: None,
+        };
+        self.record(&mut g, ev);
+        Ok(obj)
+    }
+
+    /// Events after `cursor` for `res` (and `ns` if given), plus the new cursor.
+    /// `Err(Expired)` when `cursor` predates the retained history.
+    pub fn events_since(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        cursor: u64,
+    ) -> Result<(Vec<Event>, u64), ApiError> {
+        let g = self.lock();
+        if cursor < g.compacted {
+            return Err(ApiError::Expired {
+                message: format!("too old resource version: {cursor} ({})", g.compacted + 1),
+            });
+        }
+        let evs = g
+            .history
+            .iter()
+            .filter(|e| {
+                e.rv > cursor && e.resource == res.id && ns.is_none_or(|n| n == e.namespace)
+            })
+            .cloned()
+            .collect();
+        Ok((evs, g.rv.max(cursor)))
+    }
+}
+
+/// `kind`/`apiVersion` must match the URL when given; set them when absent.
+fn check_type(res: &Resource, obj: &mut Value) -> Result<(), ApiError> {
+    let av = res.api_version();
+    for (field, want) in [("kind", res.kind), ("apiVersion", av.as_str())] {
+        match obj.get(field).and_then(Value::as_str) {
+            None | Some("") => obj[field] = want.into(),
+            Some(got) if got == want => {}
+            Some(got) => {
+                return Err(ApiError::bad_request(format!(
+                    "the API version or kind in the request body ({got}) does not match the URL ({want})"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The few defaults controllers rely on seeing.
+fn defaults(res: &Resource, obj: &mut Value) {
+    let phase = match res.id {
+        "pods" => "Pending",
+        "namespaces" => "Active",
+        _ => return,
+    };
+    if !obj.get("status").is_some_and(Value::is_object) {
+        obj["status"] = json!({});
+    }
+    if obj.pointer("/status/phase").is_none() {
+        obj["status"]["phase"] = phase.into();
+    }
+}
