@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::faults::{Fault, Faults, RequestRecord, fault_error};
 use crate::routes::{self, Reply, Settings};
 use crate::status::ApiError;
 use crate::store::Store;
@@ -56,6 +57,7 @@ impl Default for Options {
 pub struct ApiServer {
     addr: SocketAddr,
     store: Arc<Store>,
+    faults: Arc<Faults>,
     task: JoinHandle<()>,
 }
 
@@ -69,6 +71,7 @@ impl Drop for ApiServer {
 #[derive(Debug)]
 struct Shared {
     store: Arc<Store>,
+    faults: Arc<Faults>,
     settings: Settings,
     max_body: usize,
 }
@@ -84,8 +87,10 @@ impl ApiServer {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let store = Arc::new(Store::new(opts.history_limit));
+        let faults = Arc::new(Faults::default());
         let shared = Arc::new(Shared {
             store: store.clone(),
+            faults: faults.clone(),
             settings: Settings {
                 bookmark_interval: opts.bookmark_interval,
                 default_watch_timeout: opts.default_watch_timeout,
@@ -93,7 +98,12 @@ impl ApiServer {
             max_body: opts.max_body_bytes,
         });
         let task = tokio::spawn(accept_loop(listener, shared));
-        Ok(Self { addr, store, task })
+        Ok(Self {
+            addr,
+            store,
+            faults,
+            task,
+        })
     }
 
     /// Base URL, e.g. `http://127.0.0.1:34567`.
@@ -108,6 +118,11 @@ impl ApiServer {
     /// Direct access to the objects, for seeding and assertions.
     pub fn store(&self) -> &Arc<Store> {
         &self.store
+    }
+
+    /// Fault-injection switches and the request log.
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.faults
     }
 }
 
@@ -151,6 +166,28 @@ fn error(e: &ApiError) -> Response<Body> {
 async fn serve(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
     let method = req.method().as_str().to_string();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let resp = serve_inner(shared, req).await;
+    let verb = routes::verb(
+        &method,
+        &path,
+        &form_urlencoded::parse(query.as_bytes())
+            .into_owned()
+            .collect(),
+    );
+    shared.faults.record(RequestRecord {
+        verb: verb.to_string(),
+        method,
+        path,
+        query,
+        code: resp.status().as_u16(),
+    });
+    resp
+}
+
+async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
+    let method = req.method().as_str().to_string();
+    let path = req.uri().path().to_string();
     let query: HashMap<String, String> = req
         .uri()
         .query()
@@ -162,6 +199,18 @@ async fn serve(shared: &Shared, req: Request<Incoming>) -> Response<Body> {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    let verb = routes::verb(&method, &path, &query);
+    let (latency, fault) = shared.faults.decide(verb);
+    let wait = match fault {
+        Some(Fault::Timeout(d)) => latency + d,
+        _ => latency,
+    };
+    if !wait.is_zero() {
+        tokio::time::sleep(wait).await;
+    }
+    if let Some(f) = fault {
+        return error(&fault_error(f, verb, &path));
+    }
     let body = match Limited::new(req.into_body(), shared.max_body)
         .collect()
         .await

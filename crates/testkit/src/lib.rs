@@ -8,6 +8,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod faults;
 mod http;
 pub mod patch;
 pub mod resources;
@@ -17,6 +18,7 @@ pub mod status;
 pub mod store;
 mod watch;
 
+pub use faults::{Fault, Faults, RequestRecord};
 pub use http::{ApiServer, Options};
 pub use status::ApiError;
 pub use store::Store;

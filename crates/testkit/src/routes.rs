@@ -93,6 +93,22 @@ pub fn parse_path(path: &str) -> Result<Target, ApiError> {
     })
 }
 
+/// The Kubernetes verb of a request, for fault injection and the request log.
+pub fn verb(method: &str, path: &str, query: &HashMap<String, String>) -> &'static str {
+    let watch = matches!(query.get("watch").map(String::as_str), Some("1" | "true"));
+    match (method, parse_path(path)) {
+        ("GET", Ok(Target::Collection { .. })) if watch => "watch",
+        ("GET", Ok(Target::Collection { .. })) => "list",
+        ("GET", _) => "get",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Ok(Target::Collection { .. })) => "deletecollection",
+        ("DELETE", _) => "delete",
+        _ => "unknown",
+    }
+}
+
 /// Server settings the handlers need.
 #[derive(Debug, Clone)]
 pub struct Settings {

@@ -28,6 +28,10 @@ pub enum ApiError {
     UnsupportedMediaType { message: String },
     #[error("{message}")]
     RequestEntityTooLarge { message: String },
+    #[error("{message}")]
+    InternalError { message: String },
+    #[error("{message}")]
+    Timeout { message: String },
 }
 
 impl ApiError {
@@ -71,6 +75,8 @@ impl ApiError {
             Self::MethodNotAllowed { .. } => 405,
             Self::UnsupportedMediaType { .. } => 415,
             Self::RequestEntityTooLarge { .. } => 413,
+            Self::InternalError { .. } => 500,
+            Self::Timeout { .. } => 504,
         }
     }
 
@@ -87,6 +93,8 @@ impl ApiError {
             Self::MethodNotAllowed { .. } => "MethodNotAllowed",
             Self::UnsupportedMediaType { .. } => "UnsupportedMediaType",
             Self::RequestEntityTooLarge { .. } => "RequestEntityTooLarge",
+            Self::InternalError { .. } => "InternalError",
+            Self::Timeout { .. } => "Timeout",
         }
     }
 

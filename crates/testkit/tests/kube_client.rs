@@ -527,3 +527,55 @@ async fn reflector_survives_dropped_watch_and_410() {
     );
     task.abort();
 }
+
+#[tokio::test]
+async fn fault_injection_and_request_log() {
+    use hami_testkit::Fault;
+
+    let server = ApiServer::start().await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client(&server).await, "default");
+    let faults = server.faults();
+
+    // Every second create fails with 500, deterministically.
+    faults.set_error_rate("create", 0.5, Fault::InternalError);
+    let pp = PostParams::default();
+    assert!(pods.create(&pp, &pod("f1", json!({}))).await.is_ok());
+    assert_eq!(
+        api_status(pods.create(&pp, &pod("f2", json!({}))).await.unwrap_err()),
+        (500, "InternalError".into())
+    );
+    assert!(pods.create(&pp, &pod("f2", json!({}))).await.is_ok());
+
+    faults.set_error_rate("patch", 1.0, Fault::Conflict);
+    let p = Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}}));
+    assert_eq!(
+        api_status(
+            pods.patch("f1", &PatchParams::default(), &p)
+                .await
+                .unwrap_err()
+        )
+        .0,
+        409
+    );
+
+    faults.clear();
+    faults.set_latency(Duration::from_millis(100));
+    let t = std::time::Instant::now();
+    pods.get("f1").await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(100));
+    faults.clear();
+
+    let log = faults.requests();
+    let verbs: Vec<_> = log.iter().map(|r| (r.verb.as_str(), r.code)).collect();
+    assert_eq!(
+        verbs,
+        [
+            ("create", 201),
+            ("create", 500),
+            ("create", 201),
+            ("patch", 409),
+            ("get", 200)
+        ]
+    );
+    assert_eq!(log[0].path, "/api/v1/namespaces/default/pods");
+}

@@ -245,3 +245,13 @@ async fn pagination_and_status_subresource() {
     assert_eq!(out.1["status"]["capacity"]["nvidia.com/gpu"], "4");
     assert!(out.1["spec"].get("unschedulable").is_none());
 }
+
+#[tokio::test]
+async fn injected_timeout_is_a_504_status() {
+    let server = ApiServer::start().await.unwrap();
+    let f = hami_testkit::Fault::Timeout(std::time::Duration::from_millis(20));
+    server.faults().set_error_rate("list", 1.0, f);
+    let got = raw(&server, "GET", "/api/v1/nodes", "application/json", b"").await;
+    assert_status(&got, 504, "Timeout");
+    assert_eq!(server.faults().requests()[0].verb, "list");
+}

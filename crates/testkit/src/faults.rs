@@ -1,0 +1,109 @@
+//! Fault injection and the request log: switches tests flip to see how a
+//! client copes with a slow or failing API server, and a record to assert on.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::status::ApiError;
+
+/// What an injected failure looks like to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// 500, reason `InternalError`.
+    InternalError,
+    /// 409, reason `Conflict` (as if another writer won the race).
+    Conflict,
+    /// 504, reason `Timeout`, after waiting this long (the server-side
+    /// request timeout); set it above the client's timeout to make it hang.
+    Timeout(Duration),
+}
+
+/// One served request, in arrival order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// Kubernetes verb: get, list, watch, create, update, patch, delete.
+    pub verb: String,
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// HTTP status answered (200 for watches, which stream).
+    pub code: u16,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    latency: Duration,
+    /// verb → (failure rate in 0..=1, fault, requests seen)
+    errors: HashMap<String, (f64, Fault, u64)>,
+    log: Vec<RequestRecord>,
+}
+
+/// Shared switches; all off by default.
+#[derive(Debug, Default)]
+pub struct Faults(Mutex<State>);
+
+impl Faults {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Delay added before every request is handled.
+    pub fn set_latency(&self, latency: Duration) {
+        self.lock().latency = latency;
+    }
+
+    /// Fails `rate` (0..=1) of the requests with `verb`. Deterministic, so
+    /// tests are reproducible: with rate 0.5 every second request fails.
+    pub fn set_error_rate(&self, verb: &str, rate: f64, fault: Fault) {
+        self.lock()
+            .errors
+            .insert(verb.to_string(), (rate.clamp(0.0, 1.0), fault, 0));
+    }
+
+    /// Turns all injected failures and latency off.
+    pub fn clear(&self) {
+        let mut s = self.lock();
+        s.latency = Duration::ZERO;
+        s.errors.clear();
+    }
+
+    /// The requests served so far.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.lock().log.clone()
+    }
+
+    pub(crate) fn record(&self, r: RequestRecord) {
+        self.lock().log.push(r);
+    }
+
+    /// Latency to apply and the failure (if any) for this request.
+    pub(crate) fn decide(&self, verb: &str) -> (Duration, Option<Fault>) {
+        let mut s = self.lock();
+        let latency = s.latency;
+        let fault = s.errors.get_mut(verb).and_then(|(rate, fault, n)| {
+            // Fail when the running count of `rate * n` crosses an integer.
+            let before = (*rate * *n as f64).floor();
+            *n += 1;
+            ((*rate * *n as f64).floor() > before).then_some(*fault)
+        });
+        (latency, fault)
+    }
+}
+
+/// The Status error for an injected fault.
+pub(crate) fn fault_error(f: Fault, verb: &str, path: &str) -> ApiError {
+    match f {
+        Fault::InternalError => ApiError::InternalError {
+            message: format!("injected failure for {verb} {path}"),
+        },
+        Fault::Conflict => ApiError::Conflict {
+            message: format!("injected conflict for {verb} {path}"),
+        },
+        Fault::Timeout(_) => ApiError::Timeout {
+            message: format!(
+                "the server was unable to return a response in the time allotted ({verb} {path})"
+            ),
+        },
+    }
+}
