@@ -2,9 +2,9 @@
 //! framework's min-max normalisation (integer division creates the ties the
 //! paper's runs had). GPU: best fit.
 
-use super::{Placement, Policy, pick_best};
+use super::{Placement, Policy, place_with_best_fit_gpus};
 use crate::Task;
-use crate::cluster::{Cluster, NodeState, best_fit_gpus};
+use crate::cluster::{Cluster, NodeState};
 
 #[derive(Debug, Default)]
 pub struct BestFit {
@@ -36,17 +36,13 @@ impl Policy for BestFit {
             hi = hi.max(r);
         }
         let raw = &self.raw;
-        let node = pick_best(feasible, ranks, |n| {
+        place_with_best_fit_gpus(cluster, ranks, task, feasible, |n| {
             let norm = if hi > lo {
                 (raw[n] - lo) * 100 / (hi - lo)
             } else {
                 0
             };
             Some(norm as f64)
-        })?;
-        Some(Placement {
-            node,
-            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
         })
     }
 }

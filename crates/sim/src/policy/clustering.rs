@@ -1,9 +1,9 @@
 //! GPU Clustering: keep sharing and whole-GPU tasks on separate nodes.
 //! GPU: best fit.
 
-use super::{Placement, Policy, pick_best};
+use super::{Placement, Policy, place_with_best_fit_gpus};
 use crate::Task;
-use crate::cluster::{Cluster, NodeState, best_fit_gpus, cluster_tag};
+use crate::cluster::{Cluster, NodeState, cluster_tag};
 
 #[derive(Debug, Default)]
 pub struct Clustering;
@@ -33,12 +33,8 @@ impl Policy for Clustering {
         task: &Task,
         feasible: &[u32],
     ) -> Option<Placement> {
-        let node = pick_best(feasible, ranks, |n| {
+        place_with_best_fit_gpus(cluster, ranks, task, feasible, |n| {
             Some(clustering_score(&cluster.nodes[n], task) as f64)
-        })?;
-        Some(Placement {
-            node,
-            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
         })
     }
 }

@@ -1,9 +1,9 @@
 //! Dot-product (Tetris-style): node vector (free CPU/128000, free GPU/8000)
 //! against the task vector; a smaller product scores higher. GPU: best fit.
 
-use super::{Placement, Policy, pick_best};
+use super::{Placement, Policy, place_with_best_fit_gpus};
 use crate::Task;
-use crate::cluster::{Cluster, NodeState, best_fit_gpus};
+use crate::cluster::{Cluster, NodeState};
 
 #[derive(Debug, Default)]
 pub struct DotProd;
@@ -26,12 +26,8 @@ impl Policy for DotProd {
         task: &Task,
         feasible: &[u32],
     ) -> Option<Placement> {
-        let node = pick_best(feasible, ranks, |n| {
+        place_with_best_fit_gpus(cluster, ranks, task, feasible, |n| {
             Some(dotprod_score(&cluster.nodes[n], task) as f64)
-        })?;
-        Some(Placement {
-            node,
-            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
         })
     }
 }

@@ -25,7 +25,7 @@ pub use packing::{Packing, packing_score};
 pub use random::RandomFit;
 
 use crate::Task;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, best_fit_gpus};
 use crate::error::SimError;
 use crate::frag::{FragScoreConfig, TypicalWorkload};
 
@@ -98,6 +98,25 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
             )),
             None => return Err(SimError::UnknownPolicy(other.to_string())),
         },
+    })
+}
+
+/// The paper's baselines: the best node by `score` (ties to the lowest rank), then the
+/// best-fit GPUs on it.
+pub fn place_with_best_fit_gpus<F>(
+    cluster: &Cluster,
+    ranks: &[u32],
+    task: &Task,
+    feasible: &[u32],
+    score: F,
+) -> Option<Placement>
+where
+    F: FnMut(usize) -> Option<f64>,
+{
+    let node = pick_best(feasible, ranks, score)?;
+    Some(Placement {
+        node,
+        gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
     })
 }
 

@@ -1,9 +1,9 @@
 //! GPU Packing: prefer an already shared GPU, then a free GPU on a used node,
 //! then an idle node (smaller idle nodes first). GPU: best fit.
 
-use super::{Placement, Policy, pick_best};
+use super::{Placement, Policy, place_with_best_fit_gpus};
 use crate::Task;
-use crate::cluster::{Cluster, GPU_MILLI, NodeState, best_fit_gpus};
+use crate::cluster::{Cluster, GPU_MILLI, NodeState};
 
 #[derive(Debug, Default)]
 pub struct Packing;
@@ -39,12 +39,8 @@ impl Policy for Packing {
         task: &Task,
         feasible: &[u32],
     ) -> Option<Placement> {
-        let node = pick_best(feasible, ranks, |n| {
+        place_with_best_fit_gpus(cluster, ranks, task, feasible, |n| {
             Some(packing_score(&cluster.nodes[n], task, cluster.slots) as f64)
-        })?;
-        Some(Placement {
-            node,
-            gpus: best_fit_gpus(&cluster.nodes[node], task, cluster.slots),
         })
     }
 }
