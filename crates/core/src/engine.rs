@@ -88,14 +88,14 @@ impl PodPlan {
                 error,
             })?,
         };
+        let vendor_keys: Vec<String> = requests.vendors().into_iter().map(String::from).collect();
         let mut constraints = BTreeMap::new();
-        for vendor in requests.vendors() {
+        for vendor in &vendor_keys {
             if let Some(v) = registry.get(vendor) {
-                constraints.insert(vendor.to_string(), v.pod_constraints(annotations)?);
+                constraints.insert(vendor.clone(), v.pod_constraints(annotations)?);
             }
         }
         let kinds = requests.containers.iter().map(|c| c.kind).collect();
-        let vendor_keys = requests.vendors().into_iter().map(String::from).collect();
         let frag = (node_policy == NodePolicy::Frag || gpu_policy.frag).then(FragModel::builtin);
         Ok(PodPlan {
             vendor_keys,
