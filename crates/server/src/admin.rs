@@ -1,0 +1,100 @@
+//! The admin port: `/livez`, `/readyz` and `/metrics`.
+
+use std::sync::{Arc, RwLock};
+
+use hyper::StatusCode;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::respond;
+use crate::serve::{Handler, HttpResponse, ServeError, handler_fn, serve};
+use crate::tls::TlsConfig;
+
+/// Content type of the OpenMetrics text that prometheus-client writes.
+pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A shared readiness flag: not ready (with a reason) until someone says otherwise.
+#[derive(Debug, Clone)]
+pub struct Readiness(Arc<RwLock<Option<String>>>);
+
+impl Readiness {
+    /// Starts not ready, with `reason` shown by `/readyz`.
+    pub fn not_ready(reason: impl Into<String>) -> Self {
+        Readiness(Arc::new(RwLock::new(Some(reason.into()))))
+    }
+
+    /// Starts ready.
+    pub fn ready() -> Self {
+        Readiness(Arc::new(RwLock::new(None)))
+    }
+
+    pub fn set_ready(&self) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    pub fn set_not_ready(&self, reason: impl Into<String>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(reason.into());
+    }
+
+    /// `Ok` when ready, else the reason.
+    pub fn check(&self) -> Result<(), String> {
+        match &*self.0.read().unwrap_or_else(|p| p.into_inner()) {
+            None => Ok(()),
+            Some(reason) => Err(reason.clone()),
+        }
+    }
+}
+
+/// What the admin port reports on.
+#[derive(Debug, Clone)]
+pub struct AdminState {
+    pub readiness: Readiness,
+    /// The process's one registry; metrics are registered before it is shared.
+    pub registry: Arc<Registry>,
+}
+
+/// The admin routes as a [`Handler`], for tests or to mount elsewhere.
+pub fn admin_handler(state: AdminState) -> Handler {
+    let state = Arc::new(state);
+    handler_fn(move |req| {
+        let state = state.clone();
+        async move { route(&state, req.uri().path()) }
+    })
+}
+
+fn route(state: &AdminState, path: &str) -> HttpResponse {
+    match path {
+        "/livez" | "/healthz" => respond::text(StatusCode::OK, "ok"),
+        "/readyz" => match state.readiness.check() {
+            Ok(()) => respond::text(StatusCode::OK, "ready"),
+            Err(reason) => respond::text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not ready: {reason}"),
+            ),
+        },
+        "/metrics" => {
+            let mut out = String::new();
+            match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
+                Ok(()) => respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out),
+                Err(e) => respond::text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    format!("metrics could not be encoded: {e}"),
+                ),
+            }
+        }
+        other => respond::text(
+            StatusCode::NOT_FOUND,
+            format!("no route {other}; try /livez, /readyz or /metrics"),
+        ),
+    }
+}
+
+/// Serves the admin routes over plain HTTP until `shutdown` is cancelled.
+pub async fn serve_admin(
+    listener: TcpListener,
+    state: AdminState,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve(listener, TlsConfig::None, admin_handler(state), shutdown).await
+}

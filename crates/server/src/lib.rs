@@ -1,0 +1,26 @@
+//! hami-server: the HTTP plumbing every hami-rs service shares.
+//!
+//! - [`serve`]: an HTTP/1.1 server on a `TcpListener`, plain or TLS (rustls with the
+//!   ring provider, TLS 1.2+), whose certificate and key are re-read when the files
+//!   change (cert-manager and Secret volume rotation), with graceful shutdown driven by
+//!   a [`CancellationToken`].
+//! - [`body::read_bounded`]: request bodies read up to a limit (413 past it).
+//! - [`respond`]: small JSON/text response helpers.
+//! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
+//! - [`trace::init_tracing`]: text or JSON logs.
+//! - [`shutdown::shutdown_on_signals`]: a token cancelled by SIGTERM or Ctrl-C.
+
+pub mod admin;
+pub mod body;
+pub mod respond;
+pub mod serve;
+pub mod shutdown;
+pub mod tls;
+pub mod trace;
+
+pub use serve::{Handler, HttpResponse, ServeError, ServeOptions, handler_fn, serve, serve_with};
+pub use tls::TlsConfig;
+pub use tokio_util::sync::CancellationToken;
+
+#[cfg(feature = "test-support")]
+pub mod test_support;

@@ -1,0 +1,205 @@
+//! The accept loop: plain or TLS connections, HTTP/1.1, graceful shutdown.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::respond;
+use crate::tls::{self, TlsConfig, TlsError};
+
+/// What every handler answers with.
+pub type HttpResponse = Response<Full<Bytes>>;
+
+/// A request handler shared by all connections.
+pub type Handler = Arc<dyn Fn(Request<Incoming>) -> BoxFuture<'static, HttpResponse> + Send + Sync>;
+
+/// Wraps an async function as a [`Handler`].
+pub fn handler_fn<F, Fut>(f: F) -> Handler
+where
+    F: Fn(Request<Incoming>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = HttpResponse> + Send + 'static,
+{
+    Arc::new(move |req| Box::pin(f(req)))
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("could not read the listener's address: {0}")]
+    LocalAddr(std::io::Error),
+}
+
+/// Timeouts that keep slow or idle clients from holding the server.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Longest a client may take to finish the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Longest a client may take to send a request's headers.
+    pub header_read_timeout: Duration,
+    /// After shutdown is asked, how long open connections get to finish.
+    pub drain_timeout: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            drain_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+/// Serves `handler` on `listener` until `shutdown` is cancelled, then lets open
+/// connections finish their requests (see [`ServeOptions::drain_timeout`]).
+///
+/// With [`TlsConfig::Files`] the certificate and key are loaded before the first
+/// connection is accepted (a bad pair is an error here) and re-read whenever the files
+/// change afterwards (a bad new pair is logged and the previous one kept).
+pub async fn serve(
+    listener: TcpListener,
+    tls: TlsConfig,
+    handler: Handler,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve_with(listener, tls, handler, shutdown, ServeOptions::default()).await
+}
+
+/// [`serve`] with explicit timeouts.
+pub async fn serve_with(
+    listener: TcpListener,
+    tls: TlsConfig,
+    handler: Handler,
+    shutdown: CancellationToken,
+    opts: ServeOptions,
+) -> Result<(), ServeError> {
+    let acceptor = tls::acceptor(&tls)?;
+    let local = listener.local_addr().map_err(ServeError::LocalAddr)?;
+    tracing::info!(
+        address = %local,
+        tls = acceptor.is_some(),
+        "serving HTTP"
+    );
+    let tracker = TaskTracker::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    tracker.spawn(connection(
+                        stream,
+                        peer,
+                        acceptor.clone(),
+                        handler.clone(),
+                        shutdown.clone(),
+                        opts.clone(),
+                    ));
+                }
+                Err(e) => {
+                    // Usually out of file descriptors: back off instead of spinning.
+                    tracing::warn!(address = %local, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+    drop(listener);
+    tracker.close();
+    if tokio::time::timeout(opts.drain_timeout, tracker.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            address = %local,
+            open = tracker.len(),
+            "connections still open after the drain timeout; closing them"
+        );
+    }
+    tracing::info!(address = %local, "server stopped");
+    Ok(())
+}
+
+async fn connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    acceptor: Option<TlsAcceptor>,
+    handler: Handler,
+    shutdown: CancellationToken,
+    opts: ServeOptions,
+) {
+    let _ = stream.set_nodelay(true);
+    match acceptor {
+        None => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
+        Some(acceptor) => {
+            match tokio::time::timeout(opts.handshake_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => http(TokioIo::new(tls), peer, handler, shutdown, &opts).await,
+                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
+                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+async fn http<I>(
+    io: I,
+    peer: SocketAddr,
+    handler: Handler,
+    shutdown: CancellationToken,
+    opts: &ServeOptions,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let handler = handler.clone();
+        async move { Ok::<_, Infallible>(guarded(handler, req).await) }
+    });
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(opts.header_read_timeout);
+    let conn = builder.serve_connection(io, service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Runs the handler; a panic inside it becomes a 500 for this request instead of a
+/// dropped connection.
+async fn guarded(handler: Handler, req: Request<Incoming>) -> HttpResponse {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    match AssertUnwindSafe(handler(req)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::error!(%method, %path, "handler panicked");
+            respond::error_json(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+        }
+    }
+}
