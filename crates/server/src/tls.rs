@@ -104,6 +104,22 @@ pub fn load_pair(
     parse_pair(cert, &cert_pem, key, &key_pem, provider)
 }
 
+/// Parses a PEM certificate chain and PEM key held in memory and checks they match
+/// (for tools that get the pair from elsewhere than files, such as a Secret).
+pub fn pair_from_pem(
+    cert_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, TlsError> {
+    parse_pair(
+        Path::new("<certificate>"),
+        cert_pem,
+        Path::new("<key>"),
+        key_pem,
+        provider,
+    )
+}
+
 fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
     std::fs::read(path).map_err(|source| TlsError::Read {
         path: path.to_path_buf(),

@@ -1,0 +1,139 @@
+//! Command line: every flag also reads an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+use hami_server::trace::LogFormat;
+
+use crate::handler::DEFAULT_BODY_LIMIT;
+use crate::rules::OwnedAnnotationPolicy;
+
+/// The mutating admission webhook of hami-rs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "hami-webhook",
+    version,
+    about = "Mutating admission webhook of hami-rs: routes pods that ask for shared GPUs to hami-scheduler",
+    long_about = "Mutating admission webhook of hami-rs.\n\n\
+        Without a subcommand it serves AdmissionReview (admission.k8s.io/v1 and v1beta1) on \
+        POST /mutate and POST /webhook over HTTPS. For every pod that asks for managed GPU \
+        resources it sets spec.schedulerName, fills in HAMi's defaults (GPU count when only \
+        memory/cores are asked, exclusive cores for whole-card requests, CUDA_TASK_PRIORITY, \
+        GPU_CORE_UTILIZATION_POLICY), and refuses pods with privileged containers, a preset \
+        spec.nodeName, invalid device quantities or scheduler-owned annotations \
+        (hami.io/vgpu-node, hami.io/*-devices-allocated, hami.io/bind-phase, ...). \
+        The certificate and key files are re-read when they change. An admin port serves \
+        /livez, /readyz and /metrics.\n\n\
+        `hami-webhook certgen` creates the CA and serving certificate, stores them in a \
+        Secret and patches the caBundle of the MutatingWebhookConfiguration."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub serve: ServeArgs,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log filter in RUST_LOG syntax (e.g. `info`, `hami_webhook=debug,info`); RUST_LOG
+    /// is used when unset.
+    #[arg(long, env = "LOG_LEVEL", global = true)]
+    pub log_level: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create the webhook's CA and serving certificate, store them in a Secret (kept if
+    /// it already holds a valid one) and patch caBundle of every webhook in the
+    /// MutatingWebhookConfiguration. Uses the in-cluster config, else KUBECONFIG.
+    Certgen(CertgenArgs),
+}
+
+/// Flags of the serving mode.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address of the HTTPS admission endpoint.
+    #[arg(long, env = "BIND_ADDRESS", default_value = "0.0.0.0:9443")]
+    pub bind_address: SocketAddr,
+
+    /// PEM certificate chain (leaf first); re-read when it changes.
+    #[arg(long, env = "TLS_CERT_FILE", default_value = "/tls/tls.crt")]
+    pub tls_cert_file: PathBuf,
+
+    /// PEM private key; re-read when it changes.
+    #[arg(long, env = "TLS_KEY_FILE", default_value = "/tls/tls.key")]
+    pub tls_key_file: PathBuf,
+
+    /// Serve plain HTTP instead of HTTPS (local experiments only: kube-apiserver calls
+    /// webhooks over HTTPS).
+    #[arg(long, env = "INSECURE_PLAIN_HTTP")]
+    pub insecure_plain_http: bool,
+
+    /// Address of the admin endpoint (/livez, /readyz, /metrics; plain HTTP).
+    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:9444")]
+    pub admin_address: SocketAddr,
+
+    /// Scheduler written into spec.schedulerName of pods that ask for managed devices.
+    /// Empty leaves the field as it is.
+    #[arg(long, env = "SCHEDULER_NAME", default_value = "hami-scheduler")]
+    pub scheduler_name: String,
+
+    /// HAMi-compatible device-config.yaml (resource names, defaults such as
+    /// defaultGPUNum, gpuCorePolicy, overwriteEnv). Built-in chart defaults when unset.
+    #[arg(long, env = "DEVICE_CONFIG_FILE")]
+    pub device_config_file: Option<PathBuf>,
+
+    /// Take over pods whose spec.schedulerName is `default-scheduler` (what the API
+    /// server fills in when a pod names none). Pods of other named schedulers are
+    /// always left alone.
+    #[arg(long, env = "FORCE_OVERWRITE_DEFAULT_SCHEDULER", default_value_t = true, action = ArgAction::Set)]
+    pub force_overwrite_default_scheduler: bool,
+
+    /// What to do with a pod that arrives with annotations only the scheduler writes
+    /// (an attempt to pick its own GPUs): deny it, or strip them and admit it.
+    #[arg(long, env = "SCHEDULER_OWNED_ANNOTATIONS", value_enum, default_value_t = OwnedAnnotationPolicy::Deny)]
+    pub scheduler_owned_annotations: OwnedAnnotationPolicy,
+
+    /// Refuse pods that ask for managed devices while any of their containers (init
+    /// containers and sidecars included) is privileged.
+    #[arg(long, env = "DENY_PRIVILEGED", default_value_t = true, action = ArgAction::Set)]
+    pub deny_privileged: bool,
+
+    /// Largest request body accepted, in bytes (larger ones get 413).
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
+    pub max_body_bytes: usize,
+}
+
+/// Flags of `certgen`.
+#[derive(Debug, Clone, Args)]
+pub struct CertgenArgs {
+    /// Namespace of the webhook Service and of the Secret.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+
+    /// Name of the webhook Service; the certificate is valid for SVC, SVC.NS,
+    /// SVC.NS.svc and SVC.NS.svc.cluster.local.
+    #[arg(long, env = "SERVICE_NAME")]
+    pub service_name: String,
+
+    /// Secret (type kubernetes.io/tls) holding tls.crt, tls.key and ca.crt.
+    #[arg(long, env = "SECRET_NAME")]
+    pub secret_name: String,
+
+    /// MutatingWebhookConfiguration whose webhooks get the CA as caBundle. Unset:
+    /// only the Secret is written.
+    #[arg(long, env = "WEBHOOK_CONFIG_NAME")]
+    pub webhook_config_name: Option<String>,
+
+    /// Validity of new certificates, in days.
+    #[arg(long, env = "CERT_VALIDITY_DAYS", default_value_t = 3650)]
+    pub validity_days: u32,
+
+    /// A Secret whose certificate expires within this many days is renewed.
+    #[arg(long, env = "CERT_RENEW_BEFORE_DAYS", default_value_t = 30)]
+    pub renew_before_days: u32,
+}

@@ -1,0 +1,268 @@
+//! The admission rules as a pure function of a Pod (reference §6), so they can be
+//! tested without HTTP.
+
+pub mod container;
+pub mod nvidia;
+pub mod owned;
+
+use hami_core::config::DeviceConfig;
+use hami_core::request::PodRequests;
+use hami_core::vendor::VendorRegistry;
+use k8s_openapi::api::core::v1::Pod;
+
+/// The scheduler kube-apiserver fills in when a pod names none.
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
+/// What to do with a pod that arrives carrying scheduler-owned annotations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum OwnedAnnotationPolicy {
+    /// Refuse the pod, naming the keys.
+    #[default]
+    Deny,
+    /// Remove the keys and admit the pod with a warning.
+    Strip,
+}
+
+/// The rule switches.
+#[derive(Debug, Clone)]
+pub struct RuleConfig {
+    /// Written into `spec.schedulerName` of pods that ask for managed devices; empty
+    /// leaves the field alone.
+    pub scheduler_name: String,
+    /// Take over pods that name `default-scheduler` (the API server's default).
+    pub overwrite_default_scheduler: bool,
+    pub owned_annotations: OwnedAnnotationPolicy,
+    /// Refuse pods asking for managed devices when any container is privileged (a
+    /// privileged container sees every GPU on the node, bypassing the split).
+    pub deny_privileged: bool,
+    pub devices: DeviceConfig,
+}
+
+impl Default for RuleConfig {
+    fn default() -> Self {
+        RuleConfig {
+            scheduler_name: "hami-scheduler".into(),
+            overwrite_default_scheduler: true,
+            owned_annotations: OwnedAnnotationPolicy::Deny,
+            deny_privileged: true,
+            devices: DeviceConfig::default(),
+        }
+    }
+}
+
+/// Which rule refused a pod; a bounded label for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenyRule {
+    NoContainers,
+    OwnedAnnotations,
+    InvalidResource,
+    Privileged,
+    NodeName,
+}
+
+impl DenyRule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DenyRule::NoContainers => "no_containers",
+            DenyRule::OwnedAnnotations => "scheduler_owned_annotations",
+            DenyRule::InvalidResource => "invalid_resource",
+            DenyRule::Privileged => "privileged",
+            DenyRule::NodeName => "node_name",
+        }
+    }
+
+    /// The status code and reason put in the AdmissionReview response.
+    pub fn status(self) -> (u16, &'static str) {
+        match self {
+            DenyRule::InvalidResource | DenyRule::NoContainers => (400, "BadRequest"),
+            _ => (403, "Forbidden"),
+        }
+    }
+}
+
+/// A refusal with the message the user sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    pub rule: DenyRule,
+    pub message: String,
+}
+
+/// The decision about one pod.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Admitted as `pod` (equal to the input when nothing changed).
+    Admit {
+        pod: Box<Pod>,
+        /// Whether the pod asks for devices this webhook manages.
+        managed: bool,
+        warnings: Vec<String>,
+    },
+    /// Left alone: it belongs to another scheduler.
+    Skip {
+        reason: String,
+    },
+    Deny(Denial),
+}
+
+/// The rules with their configuration.
+#[derive(Debug, Clone)]
+pub struct Rules {
+    cfg: RuleConfig,
+    registry: VendorRegistry,
+}
+
+impl Rules {
+    pub fn new(cfg: RuleConfig) -> Self {
+        let registry = VendorRegistry::from_config(&cfg.devices);
+        Rules { cfg, registry }
+    }
+
+    pub fn config(&self) -> &RuleConfig {
+        &self.cfg
+    }
+
+    /// Decides about a pod being created.
+    pub fn review(&self, original: &Pod) -> Verdict {
+        let deny = |rule, message: String| Verdict::Deny(Denial { rule, message });
+        let mut pod = original.clone();
+        let mut warnings = Vec::new();
+
+        let owned = owned::find(
+            pod.metadata.annotations.as_ref(),
+            pod.metadata.labels.as_ref(),
+            &self.registry,
+        );
+        // Checked before the scheduler test: the device plugin and the usage ledger
+        // trust these keys on any pod, whoever schedules it.
+        if !owned.is_empty() {
+            match self.cfg.owned_annotations {
+                OwnedAnnotationPolicy::Deny => {
+                    return deny(
+                        DenyRule::OwnedAnnotations,
+                        format!(
+                            "pod sets {} which only hami-scheduler may write; remove them from the pod (or its template)",
+                            owned.describe()
+                        ),
+                    );
+                }
+                OwnedAnnotationPolicy::Strip => {
+                    if let Some(a) = pod.metadata.annotations.as_mut() {
+                        a.retain(|k, _| !owned.annotations.contains(k));
+                    }
+                    if let Some(l) = pod.metadata.labels.as_mut() {
+                        l.retain(|k, _| !owned.labels.contains(k));
+                    }
+                    warnings.push(format!(
+                        "removed {} (written only by hami-scheduler)",
+                        owned.describe()
+                    ));
+                }
+            }
+        }
+
+        let Some(spec) = pod.spec.as_mut() else {
+            return deny(DenyRule::NoContainers, "pod has no containers".into());
+        };
+        if spec.containers.is_empty() {
+            return deny(DenyRule::NoContainers, "pod has no containers".into());
+        }
+
+        if let Some(other) = self.foreign_scheduler(spec.scheduler_name.as_deref()) {
+            if warnings.is_empty() {
+                return Verdict::Skip {
+                    reason: format!("pod is for scheduler {other}"),
+                };
+            }
+            return Verdict::Admit {
+                pod: Box::new(pod),
+                managed: false,
+                warnings,
+            };
+        }
+
+        let nvidia = &self.cfg.devices.nvidia;
+        let containers = spec
+            .init_containers
+            .iter_mut()
+            .flatten()
+            .chain(spec.containers.iter_mut());
+        let mut uses_gpu = false;
+        for c in containers {
+            match nvidia::mutate_container(nvidia, c) {
+                Ok(u) => uses_gpu |= u,
+                Err(message) => return deny(DenyRule::InvalidResource, message),
+            }
+        }
+
+        // hami-core reads the requests the scheduler will see; what it refuses here
+        // would fail later at filter time with a less useful message.
+        let requests = match PodRequests::from_pod(&pod, &self.registry) {
+            Ok(r) => r,
+            Err(e) => return deny(DenyRule::InvalidResource, e.to_string()),
+        };
+        let managed = uses_gpu || !requests.is_empty();
+        let Some(spec) = pod.spec.as_mut() else {
+            return deny(DenyRule::NoContainers, "pod has no containers".into());
+        };
+
+        if managed {
+            if self.cfg.deny_privileged
+                && let Some(c) = spec
+                    .init_containers
+                    .iter()
+                    .flatten()
+                    .chain(spec.containers.iter())
+                    .find(|c| container::is_privileged(c))
+            {
+                return deny(
+                    DenyRule::Privileged,
+                    format!(
+                        "container {} is privileged; a pod asking for shared GPUs must not run privileged containers (they see every GPU on the node)",
+                        c.name
+                    ),
+                );
+            }
+            let runtime_class = nvidia.runtime_class_name.trim();
+            if uses_gpu && !runtime_class.is_empty() && spec.runtime_class_name.is_none() {
+                spec.runtime_class_name = Some(runtime_class.to_string());
+            }
+            if !self.cfg.scheduler_name.is_empty() {
+                spec.scheduler_name = Some(self.cfg.scheduler_name.clone());
+            }
+            if let Some(node) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                return deny(
+                    DenyRule::NodeName,
+                    format!(
+                        "pod has node assigned (spec.nodeName={node}); pods asking for shared GPUs must be placed by {}",
+                        self.scheduler_label()
+                    ),
+                );
+            }
+        }
+        Verdict::Admit {
+            pod: Box::new(pod),
+            managed,
+            warnings,
+        }
+    }
+
+    /// The other scheduler's name when the pod is not ours to handle.
+    fn foreign_scheduler<'a>(&self, name: Option<&'a str>) -> Option<&'a str> {
+        let name = name.filter(|n| !n.is_empty())?;
+        if name == self.cfg.scheduler_name {
+            return None;
+        }
+        if name == DEFAULT_SCHEDULER && self.cfg.overwrite_default_scheduler {
+            return None;
+        }
+        Some(name)
+    }
+
+    fn scheduler_label(&self) -> &str {
+        if self.cfg.scheduler_name.is_empty() {
+            "the GPU scheduler"
+        } else {
+            &self.cfg.scheduler_name
+        }
+    }
+}

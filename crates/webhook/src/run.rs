@@ -1,0 +1,153 @@
+//! The serving mode: admission endpoint plus admin port, until shutdown.
+
+use std::sync::Arc;
+
+use hami_core::config::DeviceConfig;
+use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::{CancellationToken, TlsConfig, serve};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+
+use crate::cli::ServeArgs;
+use crate::handler::Webhook;
+use crate::metrics::Metrics;
+use crate::rules::{RuleConfig, Rules};
+
+/// Why the service could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot read device config {path}: {source}")]
+    ReadConfig {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("device config {path}: {source}")]
+    Config {
+        path: String,
+        source: hami_core::config::ConfigError,
+    },
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Tls(#[from] hami_server::tls::TlsError),
+    #[error(transparent)]
+    Serve(#[from] hami_server::ServeError),
+}
+
+/// Reads the device config, or the chart defaults when no file is given.
+pub fn load_device_config(args: &ServeArgs) -> Result<DeviceConfig, RunError> {
+    let Some(path) = &args.device_config_file else {
+        return Ok(DeviceConfig::default());
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| RunError::ReadConfig {
+        path: shown.clone(),
+        source,
+    })?;
+    DeviceConfig::from_yaml(&text).map_err(|source| RunError::Config {
+        path: shown,
+        source,
+    })
+}
+
+/// The rule configuration the flags describe.
+pub fn rule_config(args: &ServeArgs, devices: DeviceConfig) -> RuleConfig {
+    RuleConfig {
+        scheduler_name: args.scheduler_name.trim().to_string(),
+        overwrite_default_scheduler: args.force_overwrite_default_scheduler,
+        owned_annotations: args.scheduler_owned_annotations,
+        deny_privileged: args.deny_privileged,
+        devices,
+    }
+}
+
+/// Everything the service needs, already bound: tests pass 127.0.0.1:0 listeners.
+#[derive(Debug)]
+pub struct Service {
+    pub listener: TcpListener,
+    pub admin_listener: TcpListener,
+    pub tls: TlsConfig,
+    pub rules: RuleConfig,
+    pub body_limit: usize,
+}
+
+/// Serves until `shutdown` is cancelled.
+pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<(), RunError> {
+    let mut registry = Registry::default();
+    let metrics = Metrics::register(&mut registry);
+    let readiness = Readiness::not_ready("loading TLS certificate");
+    let admin = AdminState {
+        readiness: readiness.clone(),
+        registry: Arc::new(registry),
+    };
+    if let TlsConfig::Files { cert, key } = &svc.tls {
+        // Refuse to start (and to report ready) with an unusable pair.
+        hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
+    }
+    let webhook = Webhook::new(Rules::new(svc.rules), metrics, svc.body_limit);
+    let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
+    readiness.set_ready();
+    let served = serve(
+        svc.listener,
+        svc.tls,
+        webhook.into_handler(),
+        shutdown.clone(),
+    )
+    .await;
+    // Whatever ended the main server ends the admin port too.
+    shutdown.cancel();
+    let admin_result = admin_task.await;
+    served?;
+    match admin_result {
+        Ok(r) => r?,
+        Err(e) => tracing::error!(error = %e, "admin server task failed"),
+    }
+    Ok(())
+}
+
+/// Binds the flags' addresses and serves until `shutdown`.
+pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), RunError> {
+    let devices = load_device_config(&args)?;
+    let rules = rule_config(&args, devices);
+    let tls = if args.insecure_plain_http {
+        tracing::warn!("serving plain HTTP: kube-apiserver will not call this endpoint");
+        TlsConfig::None
+    } else {
+        TlsConfig::Files {
+            cert: args.tls_cert_file.clone(),
+            key: args.tls_key_file.clone(),
+        }
+    };
+    let bind = |addr: std::net::SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| RunError::Bind {
+                address: addr.to_string(),
+                source,
+            })
+    };
+    let listener = bind(args.bind_address).await?;
+    let admin_listener = bind(args.admin_address).await?;
+    tracing::info!(
+        scheduler = %rules.scheduler_name,
+        overwrite_default_scheduler = rules.overwrite_default_scheduler,
+        owned_annotations = ?rules.owned_annotations,
+        deny_privileged = rules.deny_privileged,
+        admin = %args.admin_address,
+        "hami-webhook starting"
+    );
+    serve_service(
+        Service {
+            listener,
+            admin_listener,
+            tls,
+            rules,
+            body_limit: args.max_body_bytes,
+        },
+        shutdown,
+    )
+    .await
+}
