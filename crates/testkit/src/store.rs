@@ -44,6 +44,8 @@ struct Inner {
     compacted: u64,
     history_limit: usize,
     seq: u64,
+    /// Services get cluster IPs from 10.96.0.0/12 in order, as a fresh cluster.
+    next_cluster_ip: u32,
 }
 
 /// Thread-safe store. The lock is never held across an `.await`.
@@ -117,6 +119,7 @@ impl Store {
                 compacted: 0,
                 history_limit: history_limit.max(1),
                 seq: 0,
+                next_cluster_ip: 1,
             }),
             rv_tx: watch::channel(0).0,
             drop_tx: watch::channel(0).0,
@@ -279,6 +282,9 @@ impl Store {
         m.insert("generation".into(), 1.into());
         m.insert("resourceVersion".into(), g.rv.to_string().into());
         defaults(res, &mut obj);
+        if res.id == resources::SERVICES.id {
+            allocate_cluster_ip(&mut g, &mut obj);
+        }
         g.objects.insert(key, obj.clone());
         let ev = Event {
             rv: g.rv,
@@ -315,6 +321,9 @@ impl Store {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
         check_type(res, &mut new)?;
+        if res.id == resources::SECRETS.id {
+            fold_string_data(&mut new);
+        }
         if let Some(n) = meta(&new, "name").filter(|n| n != name) {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({n}) does not match the name on the URL ({name})"
@@ -447,8 +456,92 @@ fn check_type(res: &Resource, obj: &mut Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A `ClusterIP` service without an address gets the next free one
+/// (`None` headless services keep theirs).
+fn allocate_cluster_ip(g: &mut Inner, obj: &mut Value) {
+    let ty = obj.pointer("/spec/type").and_then(Value::as_str);
+    let has_ip = obj
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .is_some_and(|ip| !ip.is_empty());
+    if ty != Some("ClusterIP") && ty != Some("NodePort") && ty != Some("LoadBalancer") || has_ip {
+        return;
+    }
+    let n = g.next_cluster_ip;
+    g.next_cluster_ip += 1;
+    let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) + n);
+    obj["spec"]["clusterIP"] = ip.to_string().into();
+    obj["spec"]["clusterIPs"] = json!([ip.to_string()]);
+}
+
+/// Standard base64 (RFC 4648 with padding), as Secret `data` is encoded.
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Secret `stringData` is write-only: the server folds it into `data`.
+fn fold_string_data(obj: &mut Value) {
+    let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
+        return;
+    };
+    if !obj.get("data").is_some_and(Value::is_object) {
+        obj["data"] = json!({});
+    }
+    for (k, v) in sd {
+        if let Some(s) = v.as_str() {
+            obj["data"][k] = base64(s.as_bytes()).into();
+        }
+    }
+}
+
 /// The few defaults controllers rely on seeing.
 fn defaults(res: &Resource, obj: &mut Value) {
+    match res.id {
+        "secrets" => {
+            fold_string_data(obj);
+            if obj
+                .get("type")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                obj["type"] = "Opaque".into();
+            }
+            return;
+        }
+        "services" => {
+            if !obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"] = json!({});
+            }
+            for (f, v) in [("type", "ClusterIP"), ("sessionAffinity", "None")] {
+                if obj["spec"]
+                    .get(f)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    obj["spec"][f] = v.into();
+                }
+            }
+            return;
+        }
+        _ => {}
+    }
     let phase = match res.id {
         "pods" => "Pending",
         "namespaces" => "Active",
