@@ -12,6 +12,9 @@ use crate::resources::{self, Resource};
 use crate::selectors::Selector;
 use crate::status::ApiError;
 
+mod deletion;
+pub use deletion::{DeleteOptions, GraceExpiry};
+
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -44,6 +47,9 @@ struct Inner {
     compacted: u64,
     history_limit: usize,
     seq: u64,
+    /// Graceful deletions waiting for their grace period to run out.
+    deadlines: BTreeMap<Key, std::time::Instant>,
+    grace_expiry: GraceExpiry,
     /// Services get cluster IPs from 10.96.0.0/12 in order, as a fresh cluster.
     next_cluster_ip: u32,
 }
@@ -56,6 +62,8 @@ pub struct Store {
     /// Bumped to end every open watch (fault injection: a dropped connection).
     drop_tx: watch::Sender<u64>,
     hasher: RandomState,
+    /// Wakes the grace-period reaper when a deadline is added.
+    reaper: tokio::sync::Notify,
 }
 
 /// What an update must match.
@@ -98,7 +106,14 @@ fn spec_part(obj: &Value) -> Value {
 }
 
 fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    timestamp_in(0)
+}
+
+/// RFC 3339 time `secs` seconds from now, at the API server's precision.
+fn timestamp_in(secs: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::seconds(secs))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 impl Default for Store {
@@ -120,10 +135,13 @@ impl Store {
                 history_limit: history_limit.max(1),
                 seq: 0,
                 next_cluster_ip: 1,
+                deadlines: BTreeMap::new(),
+                grace_expiry: GraceExpiry::default(),
             }),
             rv_tx: watch::channel(0).0,
             drop_tx: watch::channel(0).0,
             hasher: RandomState::new(),
+            reaper: tokio::sync::Notify::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             // Cannot fail on an empty store.
@@ -351,7 +369,14 @@ impl Store {
             generation
         };
         let m = meta_mut(&mut new);
-        for f in ["name", "namespace", "uid", "creationTimestamp"] {
+        for f in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
             match cm.get(f) {
                 Some(v) => m.insert(f.into(), v.clone()),
                 None => m.remove(f),
@@ -361,6 +386,10 @@ impl Store {
         m.insert("resourceVersion".into(), cur_rv.into());
         if new == cur {
             return Ok(cur);
+        }
+        if deletion::finished(&new) {
+            g.objects.insert(key.clone(), new);
+            return Ok(self.remove_locked(&mut g, &key));
         }
         g.rv += 1;
         meta_mut(&mut new).insert("resourceVersion".into(), g.rv.to_string().into());
@@ -375,42 +404,6 @@ impl Store {
         };
         self.record(&mut g, ev);
         Ok(new)
-    }
-
-    /// Deletes at once (no graceful deletion: there is no kubelet to finish it).
-    pub fn delete(
-        &self,
-        res: &Resource,
-        ns: Option<&str>,
-        name: &str,
-        pre: &Preconditions,
-    ) -> Result<Value, ApiError> {
-        let mut g = self.lock();
-        let key = (res.id, Self::ns_key(res, ns), name.to_string());
-        let cur = g
-            .objects
-            .get(&key)
-            .ok_or_else(|| ApiError::not_found(res.plural, name))?;
-        let failed = |want: &Option<String>, f: &str| {
-            want.as_ref()
-                .is_some_and(|w| Some(w) != meta(cur, f).as_ref())
-        };
-        if failed(&pre.uid, "uid") || failed(&pre.resource_version, "resourceVersion") {
-            return Err(ApiError::conflict(res.plural, name));
-        }
-        let mut obj = g.objects.remove(&key).unwrap_or_default();
-        g.rv += 1;
-        meta_mut(&mut obj).insert("resourceVersion".into(), g.rv.to_string().into());
-        let ev = Event {
-            rv: g.rv,
-            kind: EventType::Deleted,
-            resource: res.id,
-            namespace: key.1,
-            object: obj.clone(),
-            previous: None,
-        };
-        self.record(&mut g, ev);
-        Ok(obj)
     }
 
     /// Events after `cursor` for `res` (and `ns` if given), plus the new cursor.
