@@ -23,7 +23,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::faults::{Fault, Faults, RequestRecord, fault_error};
 use crate::routes::{self, Reply, Settings};
 use crate::status::ApiError;
-use crate::store::Store;
+use crate::store::{GraceExpiry, Store};
 
 type Body = UnsyncBoxBody<Bytes, Infallible>;
 
@@ -39,6 +39,8 @@ pub struct Options {
     pub default_watch_timeout: Duration,
     /// Request body limit; the real server's is 3 MiB.
     pub max_body_bytes: usize,
+    /// When graceful pod deletions finish with no kubelet to finish them.
+    pub grace_expiry: GraceExpiry,
 }
 
 impl Default for Options {
@@ -48,6 +50,7 @@ impl Default for Options {
             bookmark_interval: Duration::from_secs(1),
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
+            grace_expiry: GraceExpiry::default(),
         }
     }
 }
@@ -59,12 +62,14 @@ pub struct ApiServer {
     store: Arc<Store>,
     faults: Arc<Faults>,
     task: JoinHandle<()>,
+    reaper: JoinHandle<()>,
 }
 
 impl Drop for ApiServer {
     fn drop(&mut self) {
         // Dropping the accept task drops its JoinSet, which aborts every connection.
         self.task.abort();
+        self.reaper.abort();
     }
 }
 
@@ -87,6 +92,11 @@ impl ApiServer {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let store = Arc::new(Store::new(opts.history_limit));
+        store.set_grace_expiry(opts.grace_expiry);
+        let reaper = {
+            let store = store.clone();
+            tokio::spawn(async move { store.run_reaper().await })
+        };
         let faults = Arc::new(Faults::default());
         let shared = Arc::new(Shared {
             store: store.clone(),
@@ -103,6 +113,7 @@ impl ApiServer {
             store,
             faults,
             task,
+            reaper,
         })
     }
 

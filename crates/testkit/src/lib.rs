@@ -21,4 +21,4 @@ mod watch;
 pub use faults::{Fault, Faults, RequestRecord};
 pub use http::{ApiServer, Options};
 pub use status::ApiError;
-pub use store::Store;
+pub use store::{DeleteOptions, GraceExpiry, Store};

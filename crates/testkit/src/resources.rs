@@ -11,6 +11,8 @@ pub struct Resource {
     pub plural: &'static str,
     pub kind: &'static str,
     pub namespaced: bool,
+    /// Short names as `kubectl get` accepts them (`po`, `no`, `cm`).
+    pub short_names: &'static [&'static str],
 }
 
 impl Resource {
@@ -24,11 +26,15 @@ impl Resource {
     }
 }
 
-pub const PODS: Resource = core("pods", "Pod", true);
-pub const NODES: Resource = core("nodes", "Node", false);
-pub const EVENTS: Resource = core("events", "Event", true);
-pub const NAMESPACES: Resource = core("namespaces", "Namespace", false);
-pub const RESOURCE_QUOTAS: Resource = core("resourcequotas", "ResourceQuota", true);
+pub const PODS: Resource = core("pods", "Pod", true, &["po"]);
+pub const NODES: Resource = core("nodes", "Node", false, &["no"]);
+pub const EVENTS: Resource = core("events", "Event", true, &["ev"]);
+pub const NAMESPACES: Resource = core("namespaces", "Namespace", false, &["ns"]);
+pub const RESOURCE_QUOTAS: Resource = core("resourcequotas", "ResourceQuota", true, &["quota"]);
+pub const SECRETS: Resource = core("secrets", "Secret", true, &[]);
+pub const CONFIG_MAPS: Resource = core("configmaps", "ConfigMap", true, &["cm"]);
+pub const SERVICES: Resource = core("services", "Service", true, &["svc"]);
+pub const SERVICE_ACCOUNTS: Resource = core("serviceaccounts", "ServiceAccount", true, &["sa"]);
 pub const LEASES: Resource = Resource {
     id: "leases.coordination.k8s.io",
     group: "coordination.k8s.io",
@@ -36,9 +42,24 @@ pub const LEASES: Resource = Resource {
     plural: "leases",
     kind: "Lease",
     namespaced: true,
+    short_names: &[],
+};
+pub const MUTATING_WEBHOOK_CONFIGURATIONS: Resource = Resource {
+    id: "mutatingwebhookconfigurations.admissionregistration.k8s.io",
+    group: "admissionregistration.k8s.io",
+    version: "v1",
+    plural: "mutatingwebhookconfigurations",
+    kind: "MutatingWebhookConfiguration",
+    namespaced: false,
+    short_names: &[],
 };
 
-const fn core(plural: &'static str, kind: &'static str, namespaced: bool) -> Resource {
+const fn core(
+    plural: &'static str,
+    kind: &'static str,
+    namespaced: bool,
+    short_names: &'static [&'static str],
+) -> Resource {
     Resource {
         id: plural,
         group: "",
@@ -46,11 +67,24 @@ const fn core(plural: &'static str, kind: &'static str, namespaced: bool) -> Res
         plural,
         kind,
         namespaced,
+        short_names,
     }
 }
 
 /// Every served resource.
-pub const ALL: [Resource; 6] = [PODS, NODES, EVENTS, NAMESPACES, RESOURCE_QUOTAS, LEASES];
+pub const ALL: [Resource; 11] = [
+    PODS,
+    NODES,
+    EVENTS,
+    NAMESPACES,
+    RESOURCE_QUOTAS,
+    SECRETS,
+    CONFIG_MAPS,
+    SERVICES,
+    SERVICE_ACCOUNTS,
+    LEASES,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+];
 
 /// Looks a resource up by group, version and plural.
 pub fn lookup(group: &str, version: &str, plural: &str) -> Option<Resource> {

@@ -11,7 +11,7 @@ use crate::patch::{self, PatchKind};
 use crate::resources::{self, Resource};
 use crate::selectors::{FieldSelector, LabelSelector, Selector};
 use crate::status::ApiError;
-use crate::store::{Preconditions, Store};
+use crate::store::{DeleteOptions, Preconditions, Store};
 use crate::watch::WatchRequest;
 
 /// What a request addresses.
@@ -209,8 +209,8 @@ pub fn handle(
             })?)
         }
         ("DELETE", Target::Item { res, ns, name }) => {
-            let pre = preconditions(body)?;
-            ok(store.delete(&res, ns.as_deref(), &name, &pre)?)
+            let opts = delete_options(body, query)?;
+            ok(store.delete_with(&res, ns.as_deref(), &name, &opts)?)
         }
         ("GET", Target::Sub { res, ns, name, sub }) if sub == "status" => {
             ok(store.get(&res, ns.as_deref(), &name)?)
@@ -288,19 +288,40 @@ fn list(
     }))
 }
 
-fn preconditions(body: &Bytes) -> Result<Preconditions, ApiError> {
-    if body.is_empty() {
-        return Ok(Preconditions::default());
-    }
-    let opts = parse_json(body)?;
+/// `DeleteOptions` from the body, or `gracePeriodSeconds` from the query.
+fn delete_options(
+    body: &Bytes,
+    query: &HashMap<String, String>,
+) -> Result<DeleteOptions, ApiError> {
+    let opts = if body.is_empty() {
+        Value::Null
+    } else {
+        parse_json(body)?
+    };
     let get = |f: &str| {
         opts.pointer(&format!("/preconditions/{f}"))
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    Ok(Preconditions {
-        uid: get("uid"),
-        resource_version: get("resourceVersion"),
+    let grace = match (
+        opts.get("gracePeriodSeconds"),
+        query.get("gracePeriodSeconds"),
+    ) {
+        (Some(Value::Null) | None, None) => None,
+        (Some(v), _) if !v.is_null() => Some(v.as_i64().ok_or_else(|| {
+            ApiError::bad_request(format!("gracePeriodSeconds: invalid value {v}"))
+        })?),
+        (_, Some(q)) => Some(q.parse().map_err(|_| {
+            ApiError::bad_request(format!("gracePeriodSeconds: invalid value {q:?}"))
+        })?),
+        _ => None,
+    };
+    Ok(DeleteOptions {
+        preconditions: Preconditions {
+            uid: get("uid"),
+            resource_version: get("resourceVersion"),
+        },
+        grace_period_seconds: grace,
     })
 }
 

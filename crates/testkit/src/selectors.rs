@@ -149,6 +149,7 @@ fn supported(plural: &str, field: &str) -> bool {
                 || matches!(field, "reason" | "type" | "source" | "reportingComponent")
         }
         "namespaces" => field == "status.phase",
+        "secrets" => field == "type",
         _ => false,
     }
 }

@@ -12,6 +12,9 @@ use crate::resources::{self, Resource};
 use crate::selectors::Selector;
 use crate::status::ApiError;
 
+mod deletion;
+pub use deletion::{DeleteOptions, GraceExpiry};
+
 /// Watch event type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventType {
@@ -44,6 +47,11 @@ struct Inner {
     compacted: u64,
     history_limit: usize,
     seq: u64,
+    /// Graceful deletions waiting for their grace period to run out.
+    deadlines: BTreeMap<Key, std::time::Instant>,
+    grace_expiry: GraceExpiry,
+    /// Services get cluster IPs from 10.96.0.0/12 in order, as a fresh cluster.
+    next_cluster_ip: u32,
 }
 
 /// Thread-safe store. The lock is never held across an `.await`.
@@ -54,6 +62,8 @@ pub struct Store {
     /// Bumped to end every open watch (fault injection: a dropped connection).
     drop_tx: watch::Sender<u64>,
     hasher: RandomState,
+    /// Wakes the grace-period reaper when a deadline is added.
+    reaper: tokio::sync::Notify,
 }
 
 /// What an update must match.
@@ -96,7 +106,14 @@ fn spec_part(obj: &Value) -> Value {
 }
 
 fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    timestamp_in(0)
+}
+
+/// RFC 3339 time `secs` seconds from now, at the API server's precision.
+fn timestamp_in(secs: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::seconds(secs))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 impl Default for Store {
@@ -117,10 +134,14 @@ impl Store {
                 compacted: 0,
                 history_limit: history_limit.max(1),
                 seq: 0,
+                next_cluster_ip: 1,
+                deadlines: BTreeMap::new(),
+                grace_expiry: GraceExpiry::default(),
             }),
             rv_tx: watch::channel(0).0,
             drop_tx: watch::channel(0).0,
             hasher: RandomState::new(),
+            reaper: tokio::sync::Notify::new(),
         };
         for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             // Cannot fail on an empty store.
@@ -279,6 +300,9 @@ impl Store {
         m.insert("generation".into(), 1.into());
         m.insert("resourceVersion".into(), g.rv.to_string().into());
         defaults(res, &mut obj);
+        if res.id == resources::SERVICES.id {
+            allocate_cluster_ip(&mut g, &mut obj);
+        }
         g.objects.insert(key, obj.clone());
         let ev = Event {
             rv: g.rv,
@@ -315,6 +339,9 @@ impl Store {
             return Err(ApiError::bad_request("the body must be a JSON object"));
         }
         check_type(res, &mut new)?;
+        if res.id == resources::SECRETS.id {
+            fold_string_data(&mut new);
+        }
         if let Some(n) = meta(&new, "name").filter(|n| n != name) {
             return Err(ApiError::bad_request(format!(
                 "the name of the object ({n}) does not match the name on the URL ({name})"
@@ -342,7 +369,14 @@ impl Store {
             generation
         };
         let m = meta_mut(&mut new);
-        for f in ["name", "namespace", "uid", "creationTimestamp"] {
+        for f in [
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ] {
             match cm.get(f) {
                 Some(v) => m.insert(f.into(), v.clone()),
                 None => m.remove(f),
@@ -352,6 +386,10 @@ impl Store {
         m.insert("resourceVersion".into(), cur_rv.into());
         if new == cur {
             return Ok(cur);
+        }
+        if deletion::finished(&new) {
+            g.objects.insert(key.clone(), new);
+            return Ok(self.remove_locked(&mut g, &key));
         }
         g.rv += 1;
         meta_mut(&mut new).insert("resourceVersion".into(), g.rv.to_string().into());
@@ -366,42 +404,6 @@ impl Store {
         };
         self.record(&mut g, ev);
         Ok(new)
-    }
-
-    /// Deletes at once (no graceful deletion: there is no kubelet to finish it).
-    pub fn delete(
-        &self,
-        res: &Resource,
-        ns: Option<&str>,
-        name: &str,
-        pre: &Preconditions,
-    ) -> Result<Value, ApiError> {
-        let mut g = self.lock();
-        let key = (res.id, Self::ns_key(res, ns), name.to_string());
-        let cur = g
-            .objects
-            .get(&key)
-            .ok_or_else(|| ApiError::not_found(res.plural, name))?;
-        let failed = |want: &Option<String>, f: &str| {
-            want.as_ref()
-                .is_some_and(|w| Some(w) != meta(cur, f).as_ref())
-        };
-        if failed(&pre.uid, "uid") || failed(&pre.resource_version, "resourceVersion") {
-            return Err(ApiError::conflict(res.plural, name));
-        }
-        let mut obj = g.objects.remove(&key).unwrap_or_default();
-        g.rv += 1;
-        meta_mut(&mut obj).insert("resourceVersion".into(), g.rv.to_string().into());
-        let ev = Event {
-            rv: g.rv,
-            kind: EventType::Deleted,
-            resource: res.id,
-            namespace: key.1,
-            object: obj.clone(),
-            previous: None,
-        };
-        self.record(&mut g, ev);
-        Ok(obj)
     }
 
     /// Events after `cursor` for `res` (and `ns` if given), plus the new cursor.
@@ -447,8 +449,92 @@ fn check_type(res: &Resource, obj: &mut Value) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// A `ClusterIP` service without an address gets the next free one
+/// (`None` headless services keep theirs).
+fn allocate_cluster_ip(g: &mut Inner, obj: &mut Value) {
+    let ty = obj.pointer("/spec/type").and_then(Value::as_str);
+    let has_ip = obj
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .is_some_and(|ip| !ip.is_empty());
+    if ty != Some("ClusterIP") && ty != Some("NodePort") && ty != Some("LoadBalancer") || has_ip {
+        return;
+    }
+    let n = g.next_cluster_ip;
+    g.next_cluster_ip += 1;
+    let ip = std::net::Ipv4Addr::from(u32::from(std::net::Ipv4Addr::new(10, 96, 0, 0)) + n);
+    obj["spec"]["clusterIP"] = ip.to_string().into();
+    obj["spec"]["clusterIPs"] = json!([ip.to_string()]);
+}
+
+/// Standard base64 (RFC 4648 with padding), as Secret `data` is encoded.
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[(n >> (18 - 6 * i) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Secret `stringData` is write-only: the server folds it into `data`.
+fn fold_string_data(obj: &mut Value) {
+    let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|m| m.remove("stringData")) else {
+        return;
+    };
+    if !obj.get("data").is_some_and(Value::is_object) {
+        obj["data"] = json!({});
+    }
+    for (k, v) in sd {
+        if let Some(s) = v.as_str() {
+            obj["data"][k] = base64(s.as_bytes()).into();
+        }
+    }
+}
+
 /// The few defaults controllers rely on seeing.
 fn defaults(res: &Resource, obj: &mut Value) {
+    match res.id {
+        "secrets" => {
+            fold_string_data(obj);
+            if obj
+                .get("type")
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                obj["type"] = "Opaque".into();
+            }
+            return;
+        }
+        "services" => {
+            if !obj.get("spec").is_some_and(Value::is_object) {
+                obj["spec"] = json!({});
+            }
+            for (f, v) in [("type", "ClusterIP"), ("sessionAffinity", "None")] {
+                if obj["spec"]
+                    .get(f)
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    obj["spec"][f] = v.into();
+                }
+            }
+            return;
+        }
+        _ => {}
+    }
     let phase = match res.id {
         "pods" => "Pending",
         "namespaces" => "Active",
