@@ -83,6 +83,7 @@ impl Extender {
             args.pod_uid.as_str(),
         );
         let held = self.lock_state().holding_node(uid).map(str::to_string);
+        tracing::trace!(%uid, ?held, "bind start");
         match held.as_deref() {
             Some(n) if n == node => {}
             Some(other) => {
@@ -93,25 +94,51 @@ impl Extender {
                     ),
                 ));
             }
-            None => return self.bind_unreserved(ns, name, uid, node).await,
-        }
-        let took = match self.await_write(uid, ns, name).await {
-            Ok(()) => self.acquire_node_lock(node, ns, name).await,
-            Err(f) => Err(f),
-        };
-        let took = took.inspect_err(|_| {
-            self.lock_state().abandon(uid, unix_now());
-        })?;
-        let bound = self.bind_locked(ns, name, uid, node).await;
-        if let Err(f) = bound {
-            if took != Some(Acquired::Reentered) {
-                self.release_lock(node, ns, name).await;
+            None => {
+                self.await_write(uid, ns, name).await?;
+                return self.bind_unreserved(ns, name, uid, node).await;
             }
-            self.lock_state().abandon(uid, unix_now());
-            return Err(f);
         }
-        self.lock_state().note_bound(uid, node, unix_now());
-        Ok(())
+        self.lock_state().set_binding(uid, true, unix_now());
+        let result = self.bind_reserved(ns, name, uid, node).await;
+        let mut st = self.lock_state();
+        let now = unix_now();
+        match &result {
+            Ok(()) => st.note_bound(uid, node, now),
+            Err(_) => {
+                st.abandon(uid, now);
+            }
+        }
+        st.set_binding(uid, false, now);
+        result
+    }
+
+    /// Binds a pod whose devices are held on `node` (and pinned against expiry).
+    async fn bind_reserved(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), BindFailure> {
+        self.await_write(uid, ns, name).await?;
+        let took = self.acquire_node_lock(node, ns, name).await?;
+        // The hold may have ended while waiting (the pod was deleted or filtered again).
+        let still = self.lock_state().holding_node(uid) == Some(node);
+        let bound = if still {
+            self.bind_locked(ns, name, uid, node).await
+        } else {
+            Err(fail(
+                "reservation_lost",
+                format!(
+                    "pod {ns}/{name} no longer holds GPUs on {node} (deleted or filtered again while waiting for the node lock)"
+                ),
+            ))
+        };
+        if bound.is_err() && took != Some(Acquired::Reentered) {
+            self.release_lock(node, ns, name).await;
+        }
+        bound
     }
 
     /// Marks the pod and creates the Binding, with the node lock held.
@@ -212,13 +239,24 @@ impl Extender {
         let Some(mut rx) = pending else {
             return Ok(());
         };
-        let waited =
-            tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
-        let state = match waited {
-            Ok(Ok(s)) => s.clone(),
-            Ok(Err(_)) => WriteState::Failed("annotation writer stopped".into()),
-            Err(_) => WriteState::Failed(format!("still pending after {}s", WRITE_WAIT.as_secs())),
+        let state = {
+            let waited =
+                tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
+            match waited {
+                Ok(Ok(s)) => s.clone(),
+                Ok(Err(_)) => WriteState::Failed("annotation writer stopped".into()),
+                Err(_) => {
+                    WriteState::Failed(format!("still pending after {}s", WRITE_WAIT.as_secs()))
+                }
+            }
         };
+        if state != WriteState::Written {
+            // Reported once; a new /filter starts a new write.
+            let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+            if writes.get(uid).is_some_and(|r| r.same_channel(&rx)) {
+                writes.remove(uid);
+            }
+        }
         match state {
             WriteState::Written => Ok(()),
             WriteState::Pending | WriteState::Failed(_) => {
@@ -261,6 +299,7 @@ impl Extender {
         };
         let mut delay = Duration::from_millis(20);
         let mut changes = self.node_changes.subscribe();
+        let mut waited = false;
         loop {
             match lock::try_acquire(
                 &self.client,
@@ -272,9 +311,8 @@ impl Extender {
             .await
             {
                 Ok(a) => {
-                    let waited = started.elapsed();
-                    if waited > Duration::from_millis(1) {
-                        self.metrics.lock_waited(waited);
+                    if waited {
+                        self.metrics.lock_waited(started.elapsed());
                     }
                     return Ok(Some(a));
                 }
@@ -291,6 +329,7 @@ impl Extender {
                     }
                     // Wake on any node change (the device plugin releasing the lock) or
                     // on the poll timer, whichever comes first.
+                    waited = true;
                     let wait = delay.min(deadline - now);
                     let _ = tokio::time::timeout(wait, changes.changed()).await;
                     delay = (delay * 2).min(LOCK_POLL_MAX);

@@ -208,11 +208,15 @@ impl Extender {
                     WriteState::Failed(e.to_string())
                 }
             };
+            let written = outcome == WriteState::Written;
             let _ = tx.send(outcome);
-            // Forget the finished write unless a newer one replaced it.
-            let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
-            if writes.get(&uid).is_some_and(|r| r.same_channel(&rx)) {
-                writes.remove(&uid);
+            // Forget a finished write unless a newer one replaced it; a failure stays
+            // for /bind to report.
+            if written {
+                let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
+                if writes.get(&uid).is_some_and(|r| r.same_channel(&rx)) {
+                    writes.remove(&uid);
+                }
             }
         });
     }

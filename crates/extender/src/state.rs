@@ -128,6 +128,8 @@ pub struct SchedState {
     pods: HashMap<String, PodEntry>,
     /// Pods that hold devices while unbound (expiry candidates).
     unbound_holders: HashSet<String>,
+    /// Pods in the middle of /bind: their hold does not expire under them.
+    binding: HashSet<String>,
     reservation_ttl: i64,
     /// Bumped when a pod relist starts; reservations made since survive its end.
     epoch: u64,
@@ -143,6 +145,7 @@ impl SchedState {
             nodes: BTreeMap::new(),
             pods: HashMap::new(),
             unbound_holders: HashSet::new(),
+            binding: HashSet::new(),
             reservation_ttl: reservation_ttl_secs.max(1),
             epoch: 0,
             nodes_synced: false,
@@ -360,7 +363,11 @@ impl SchedState {
         });
         entry.namespace = pod.metadata.namespace.clone().unwrap_or_default();
         entry.name = pod.metadata.name.clone().unwrap_or_default();
-        entry.bound = bound;
+        // spec.nodeName never changes once set: an older event (the watch may still be
+        // behind this process's own Binding) cannot unbind the pod.
+        if bound.is_some() {
+            entry.bound = bound;
+        }
         let annotated = |record: Option<PodRecord>, sig: Option<Signature>| match (record, sig) {
             (Some(record), Some(sig)) => Holding::Annotated {
                 sig,
@@ -370,11 +377,9 @@ impl SchedState {
             _ => Holding::None,
         };
         let keep_reservation = match &entry.holding {
-            // The annotations still show an older state: the reservation stays until
-            // they catch up — unless the pod got bound, which settles it.
-            Holding::Reserved { sig: rsig, .. } => {
-                sig.as_ref() != Some(rsig) && entry.bound.is_none()
-            }
+            // The annotations still show an older state (the watch runs behind this
+            // process's own writes): the reservation stays until they catch up.
+            Holding::Reserved { sig: rsig, .. } => sig.as_ref() != Some(rsig),
             _ => false,
         };
         if !keep_reservation {
@@ -393,6 +398,7 @@ impl SchedState {
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
         self.pods.remove(uid);
+        self.binding.remove(uid);
         self.unbound_holders.remove(uid);
         self.ledger.remove_pod(uid);
     }
@@ -435,12 +441,14 @@ impl SchedState {
                 Some(b) if *b == record.node => (Some(record), false),
                 Some(_) => (None, false),
                 None => {
-                    let fresh =
-                        vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
+                    // A pod in the middle of /bind keeps its hold whatever its age.
+                    let fresh = self.binding.contains(uid)
+                        || vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
                     (fresh.then_some(record), true)
                 }
             },
         };
+        tracing::trace!(%uid, holds = holds.is_some(), unbound, bound = ?entry.bound, holding = ?std::mem::discriminant(&entry.holding), "pod hold synced");
         match holds {
             Some(record) => {
                 if unbound {
@@ -530,6 +538,17 @@ impl SchedState {
         self.ledger.pod(uid).map(|r| r.node.as_str())
     }
 
+    /// Marks the pod as being bound (`true`) or not any more: while it is, its hold does
+    /// not expire.
+    pub fn set_binding(&mut self, uid: &str, binding: bool, now: i64) {
+        tracing::trace!(%uid, binding, "pin");
+        if binding {
+            self.binding.insert(uid.to_string());
+        } else if self.binding.remove(uid) {
+            self.sync(uid, now);
+        }
+    }
+
     /// Notes a Binding this process created, before the watch shows it: the hold no
     /// longer expires.
     pub fn note_bound(&mut self, uid: &str, node: &str, now: i64) {
@@ -545,6 +564,7 @@ impl SchedState {
         let due: Vec<String> = self
             .unbound_holders
             .iter()
+            .filter(|uid| !self.binding.contains(*uid))
             .filter(|uid| {
                 self.pods.get(*uid).is_some_and(|e| match &e.holding {
                     Holding::Reserved { at, .. } => now >= at.saturating_add(ttl),

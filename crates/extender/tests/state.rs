@@ -331,3 +331,40 @@ fn relists_drop_vanished_pods_but_keep_fresh_reservations() {
     st.retain_nodes(&HashSet::new());
     assert!(st.node("n1").is_none());
 }
+
+#[test]
+fn a_pod_being_bound_never_expires_under_its_bind() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0);
+    st.set_binding("a", true, T0 + 1);
+    // Lock wait longer than the reservation timeout: neither the sweep nor a new event
+    // (the bind-phase patch) may drop the hold.
+    assert!(st.expire(T0 + 3 * TTL).is_empty());
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 3 * TTL);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+    st.note_bound("a", "n1", T0 + 3 * TTL);
+    st.set_binding("a", false, T0 + 3 * TTL);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+}
+
+#[test]
+fn events_older_than_our_own_writes_change_nothing() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_node(&two_gpu_node("n2"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.note_bound("a", "n1", T0 + 1);
+    // The watch is behind: an event from before the Binding (unbound) must not unbind
+    // the pod, even long after the reservation timeout.
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 10 * TTL);
+    assert!(st.expire(T0 + 10 * TTL).is_empty());
+    assert_eq!(used_mem(&st, "n1"), 3000);
+
+    // A reservation is replaced only by annotations showing that very decision, even
+    // on an event that shows the pod bound.
+    reserve(&mut st, "b", "n2", 1000, T0);
+    st.apply_pod(&pod("b", "n1", 7000, Some("n1"), T0 - 50), T0 + 1);
+    assert_eq!((used_mem(&st, "n1"), used_mem(&st, "n2")), (3000, 1000));
+}
