@@ -25,6 +25,9 @@ use hami_core::request::{ContainerKind, plain_integer};
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+/// Abandoned decisions remembered per pod.
+const MAX_ABANDONED: usize = 8;
+
 /// What a node looks like to the extender.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeEntry {
@@ -525,6 +528,11 @@ impl SchedState {
             Holding::None => return None,
         };
         if !entry.abandoned.contains(&sig) {
+            // A pod filtered again and again must not grow without bound; only recent
+            // decisions can still show up in its annotations.
+            if entry.abandoned.len() == MAX_ABANDONED {
+                entry.abandoned.remove(0);
+            }
             entry.abandoned.push(sig);
         }
         entry.holding = Holding::None;
