@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::discovery;
 use crate::faults::{Fault, Faults, RequestRecord, fault_error};
 use crate::routes::{self, Reply, Settings};
 use crate::status::ApiError;
@@ -41,6 +42,8 @@ pub struct Options {
     pub max_body_bytes: usize,
     /// When graceful pod deletions finish with no kubelet to finish them.
     pub grace_expiry: GraceExpiry,
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
 }
 
 impl Default for Options {
@@ -51,6 +54,7 @@ impl Default for Options {
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
             grace_expiry: GraceExpiry::default(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         }
     }
 }
@@ -75,6 +79,7 @@ impl Drop for ApiServer {
 
 #[derive(Debug)]
 struct Shared {
+    addr: SocketAddr,
     store: Arc<Store>,
     faults: Arc<Faults>,
     settings: Settings,
@@ -87,9 +92,9 @@ impl ApiServer {
         Self::start_with(Options::default()).await
     }
 
-    /// Starts on 127.0.0.1 with a random port.
+    /// Starts on `opts.listen` (127.0.0.1 with a random port by default).
     pub async fn start_with(opts: Options) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let store = Arc::new(Store::new(opts.history_limit));
         store.set_grace_expiry(opts.grace_expiry);
@@ -99,6 +104,7 @@ impl ApiServer {
         };
         let faults = Arc::new(Faults::default());
         let shared = Arc::new(Shared {
+            addr,
             store: store.clone(),
             faults: faults.clone(),
             settings: Settings {
@@ -159,14 +165,20 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn full(code: u16, v: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    bytes_response(
+        code,
+        serde_json::to_vec(v).unwrap_or_default(),
+        "application/json",
+    )
+}
+
+fn bytes_response(code: u16, bytes: Vec<u8>, content_type: &str) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
     *resp.status_mut() =
         hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
+    if let Ok(ct) = hyper::header::HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, ct);
+    }
     resp
 }
 
@@ -204,12 +216,15 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let content_type = req
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let header = |name: hyper::header::HeaderName| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let content_type = header(hyper::header::CONTENT_TYPE);
+    let accept = header(hyper::header::ACCEPT);
     let verb = routes::verb(&method, &path, &query);
     let (latency, fault) = shared.faults.decide(verb);
     let wait = match fault {
@@ -233,19 +248,37 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
             });
         }
     };
-    match routes::handle(
-        &shared.store,
-        &shared.settings,
-        &method,
-        &path,
-        &query,
-        &content_type,
-        &body,
-    ) {
+    if method == "GET"
+        && let Some(doc) = discovery::handle(&path, &accept, &shared.addr.to_string())
+    {
+        return match doc {
+            Ok(d) => bytes_response(
+                200,
+                serde_json::to_vec(&d.body).unwrap_or_default(),
+                &d.content_type,
+            ),
+            Err(e) => error(&e),
+        };
+    }
+    let call = routes::Call {
+        method: &method,
+        path: &path,
+        query: &query,
+        content_type: &content_type,
+        accept: &accept,
+        body: &body,
+    };
+    match routes::handle(&shared.store, &shared.settings, call) {
         Ok(Reply::Json(code, v)) => full(code, &v),
+        Ok(Reply::Yaml(code, v)) => match serde_yaml_ng::to_string(&v) {
+            Ok(text) => bytes_response(code, text.into_bytes(), "application/yaml"),
+            Err(e) => error(&ApiError::InternalError {
+                message: format!("cannot encode the answer as YAML: {e}"),
+            }),
+        },
         Ok(Reply::Watch(w)) => {
             let (tx, rx) = mpsc::channel::<Bytes>(64);
-            tokio::spawn(crate::watch::run(shared.store.clone(), w, tx));
+            tokio::spawn(crate::watch::run(shared.store.clone(), *w, tx));
             let stream = futures::stream::unfold(rx, |mut rx| async move {
                 rx.recv()
                     .await

@@ -8,14 +8,19 @@
 //! # Ok(()) }
 //! ```
 
+pub mod defaulting;
+pub mod discovery;
 pub mod faults;
 mod http;
+pub mod negotiate;
+pub mod openapi;
 pub mod patch;
 pub mod resources;
 mod routes;
 pub mod selectors;
 pub mod status;
 pub mod store;
+pub mod table;
 mod watch;
 
 pub use faults::{Fault, Faults, RequestRecord};

@@ -180,7 +180,13 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, neg, v)| {
-            let ptr = format!("/{}", k.replace('.', "/"));
+            // Events' `source` label selects on the reporting component.
+            let path = if k == "source" {
+                "source.component"
+            } else {
+                k.as_str()
+            };
+            let ptr = format!("/{}", path.replace('.', "/"));
             // Absent fields compare as "" (e.g. `spec.nodeName=` selects unbound pods).
             let actual = match obj.pointer(&ptr) {
                 Some(Value::String(s)) => s.clone(),
@@ -245,5 +251,9 @@ mod tests {
         assert!(!m("spec.nodeName!="));
         assert!(FieldSelector::parse("pods", "spec.foo=x").is_err());
         assert!(FieldSelector::parse("pods", "nonsense").is_err());
+        let ev = json!({"metadata": {"name": "e"}, "source": {"component": "kubelet"}, "involvedObject": {"uid": "u1"}});
+        let e = |s: &str| FieldSelector::parse("events", s).unwrap().matches(&ev);
+        assert!(e("source=kubelet,involvedObject.uid=u1"));
+        assert!(!e("source=scheduler"));
     }
 }

@@ -535,6 +535,9 @@ fn defaults(res: &Resource, obj: &mut Value) {
         }
         _ => {}
     }
+    if res.id == resources::PODS.id {
+        crate::defaulting::pod(obj);
+    }
     let phase = match res.id {
         "pods" => "Pending",
         "namespaces" => "Active",
