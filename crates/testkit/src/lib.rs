@@ -10,6 +10,7 @@
 
 pub mod defaulting;
 pub mod discovery;
+pub mod emulator;
 pub mod faults;
 mod http;
 pub mod negotiate;
