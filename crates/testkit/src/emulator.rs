@@ -28,7 +28,9 @@ use crate::store::{GraceExpiry, Store};
         mutatingwebhookconfigurations over plain HTTP, with discovery (legacy and \
         aggregated), server-side tables, watches, label/field selectors, the three patch \
         types and optimistic concurrency, so that the real kubectl and client libraries \
-        work against it unchanged. State lives in memory and is lost on exit.\n\n\
+        work against it unchanged. Creates go through mutating admission webhooks \
+        (MutatingWebhookConfigurations) over HTTPS like kube-apiserver's. State lives in \
+        memory and is lost on exit.\n\n\
         Prints the URL it serves on as the first line of standard output; logs go to \
         standard error. Stops cleanly on SIGTERM or Ctrl-C.\n\n\
         Example:\n  kube-emulator --load cluster.yaml --kubeconfig-out /tmp/kubeconfig\n  \
@@ -50,6 +52,13 @@ pub struct Cli {
     #[arg(long, env = "KUBE_EMULATOR_KUBECONFIG_OUT")]
     pub kubeconfig_out: Option<PathBuf>,
 
+    /// Where a Service port that admission webhooks reference
+    /// (`clientConfig.service`) is served, as `NAMESPACE/NAME:PORT=HOST:PORT`
+    /// (e.g. `kube-system/hami-webhook:443=127.0.0.1:9443`); there is no cluster DNS.
+    /// Repeatable; in the environment, comma-separated.
+    #[arg(long = "service-endpoint", env = "KUBE_EMULATOR_SERVICE_ENDPOINTS", value_delimiter = ',', value_parser = parse_service_endpoint)]
+    pub service_endpoints: Vec<ServiceEndpoint>,
+
     /// How fast graceful deletions of bound pods finish without a kubelet: the grace
     /// period is multiplied by this (1 = real time, 0 = at once). Negative: never
     /// (only a delete with --grace-period=0 removes them).
@@ -68,6 +77,39 @@ pub struct Cli {
     /// Log filter in RUST_LOG syntax; RUST_LOG is used when unset.
     #[arg(long, env = "LOG_LEVEL")]
     pub log_level: Option<String>,
+}
+
+/// A `--service-endpoint`: a Service port and the local address serving it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceEndpoint {
+    pub namespace: String,
+    pub name: String,
+    pub port: u16,
+    pub addr: SocketAddr,
+}
+
+/// Parses `NAMESPACE/NAME:PORT=HOST:PORT`.
+pub fn parse_service_endpoint(s: &str) -> Result<ServiceEndpoint, String> {
+    let shape = || format!("{s:?} is not NAMESPACE/NAME:PORT=HOST:PORT");
+    let (service, addr) = s.split_once('=').ok_or_else(shape)?;
+    let (ns, rest) = service.trim().split_once('/').ok_or_else(shape)?;
+    let (name, port) = rest.rsplit_once(':').ok_or_else(shape)?;
+    if ns.is_empty() || name.is_empty() {
+        return Err(shape());
+    }
+    let port = port
+        .parse()
+        .map_err(|_| format!("{s:?}: service port {port:?} is not a port number"))?;
+    let addr = addr
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: {addr:?} is not HOST:PORT with an IP address"))?;
+    Ok(ServiceEndpoint {
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        port,
+        addr,
+    })
 }
 
 /// Why the emulator could not start.
@@ -270,6 +312,11 @@ pub async fn start(cli: &Cli) -> Result<ApiServer, EmulatorError> {
     let opts = Options {
         listen: cli.listen,
         grace_expiry: grace_expiry(cli.grace_scale),
+        services: cli
+            .service_endpoints
+            .iter()
+            .map(|e| (e.namespace.clone(), e.name.clone(), e.port, e.addr))
+            .collect(),
         ..Options::default()
     };
     let server = ApiServer::start_with(opts)
@@ -372,6 +419,25 @@ mod tests {
         ];
         let e = seed(&store, twice).unwrap_err();
         assert!(e.to_string().contains("already exists"), "{e}");
+    }
+
+    #[test]
+    fn service_endpoints() {
+        let e = parse_service_endpoint("kube-system/hami-webhook:443=127.0.0.1:9443").unwrap();
+        assert_eq!(
+            (e.namespace.as_str(), e.name.as_str(), e.port),
+            ("kube-system", "hami-webhook", 443)
+        );
+        assert_eq!(e.addr, "127.0.0.1:9443".parse().unwrap());
+        for bad in [
+            "hami-webhook:443=127.0.0.1:1",
+            "ns/svc=127.0.0.1:1",
+            "ns/svc:x=127.0.0.1:1",
+            "ns/svc:443=localhost:1",
+            "/svc:443=127.0.0.1:1",
+        ] {
+            assert!(parse_service_endpoint(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::admission::{self, Services};
 use crate::discovery;
 use crate::faults::{Fault, Faults, RequestRecord, fault_error};
 use crate::routes::{self, Reply, Settings};
@@ -44,6 +45,10 @@ pub struct Options {
     pub grace_expiry: GraceExpiry,
     /// Where to listen; port 0 picks a free one.
     pub listen: SocketAddr,
+    /// Service ports that admission webhooks (`clientConfig.service`) are served
+    /// on: `(namespace, name, port, address)`. More can be added at run time with
+    /// [`ApiServer::register_service`].
+    pub services: Vec<(String, String, u16, SocketAddr)>,
 }
 
 impl Default for Options {
@@ -55,6 +60,7 @@ impl Default for Options {
             max_body_bytes: 3 * 1024 * 1024,
             grace_expiry: GraceExpiry::default(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            services: Vec::new(),
         }
     }
 }
@@ -65,6 +71,7 @@ pub struct ApiServer {
     addr: SocketAddr,
     store: Arc<Store>,
     faults: Arc<Faults>,
+    services: Arc<Services>,
     task: JoinHandle<()>,
     reaper: JoinHandle<()>,
 }
@@ -82,6 +89,7 @@ struct Shared {
     addr: SocketAddr,
     store: Arc<Store>,
     faults: Arc<Faults>,
+    services: Arc<Services>,
     settings: Settings,
     max_body: usize,
 }
@@ -103,10 +111,15 @@ impl ApiServer {
             tokio::spawn(async move { store.run_reaper().await })
         };
         let faults = Arc::new(Faults::default());
+        let services = Arc::new(Services::default());
+        for (ns, name, port, to) in &opts.services {
+            services.register(ns, name, *port, *to);
+        }
         let shared = Arc::new(Shared {
             addr,
             store: store.clone(),
             faults: faults.clone(),
+            services: services.clone(),
             settings: Settings {
                 bookmark_interval: opts.bookmark_interval,
                 default_watch_timeout: opts.default_watch_timeout,
@@ -118,6 +131,7 @@ impl ApiServer {
             addr,
             store,
             faults,
+            services,
             task,
             reaper,
         })
@@ -140,6 +154,12 @@ impl ApiServer {
     /// Fault-injection switches and the request log.
     pub fn faults(&self) -> &Arc<Faults> {
         &self.faults
+    }
+
+    /// Routes calls to `https://<name>.<namespace>.svc:<port>` (webhook
+    /// `clientConfig.service`) to `addr`, standing in for cluster DNS.
+    pub fn register_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
+        self.services.register(namespace, name, port, addr);
     }
 }
 
@@ -260,6 +280,14 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
             Err(e) => error(&e),
         };
     }
+    let (body, content_type, warnings) = if method == "POST" {
+        match admit(shared, &path, &query, &content_type, body).await {
+            Ok(admitted) => admitted,
+            Err(e) => return error(&e),
+        }
+    } else {
+        (body, content_type, Vec::new())
+    };
     let call = routes::Call {
         method: &method,
         path: &path,
@@ -268,7 +296,64 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
         accept: &accept,
         body: &body,
     };
-    match routes::handle(&shared.store, &shared.settings, call) {
+    let mut resp = reply(
+        shared,
+        routes::handle(&shared.store, &shared.settings, call),
+    );
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&text) {
+            resp.headers_mut().append(hyper::header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// Mutating admission for creates: the body defaulted (pods) and run through the
+/// webhooks, re-encoded as JSON; other requests pass through unchanged.
+async fn admit(
+    shared: &Shared,
+    path: &str,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    body: Bytes,
+) -> Result<(Bytes, String, Vec<String>), ApiError> {
+    let Ok(routes::Target::Collection { res, ns }) = routes::parse_path(path) else {
+        return Ok((body, content_type.to_string(), Vec::new()));
+    };
+    let mut object = routes::parse_body(content_type, &body)?;
+    if !object.is_object() {
+        // Let the handler reject it with its usual error.
+        return Ok((body, content_type.to_string(), Vec::new()));
+    }
+    if res.namespaced
+        && let Some(ns) = &ns
+        && object.pointer("/metadata/namespace").is_none()
+    {
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = serde_json::json!({});
+        }
+        object["metadata"]["namespace"] = ns.clone().into();
+    }
+    if res == crate::resources::PODS {
+        crate::defaulting::pod(&mut object);
+    }
+    let req = admission::Request {
+        resource: &res,
+        namespace: ns.as_deref(),
+        field_manager: query.get("fieldManager").map(String::as_str),
+    };
+    let admitted = admission::admit_create(&shared.store, &shared.services, req, object).await?;
+    let bytes = serde_json::to_vec(&admitted.object).unwrap_or_default();
+    Ok((
+        Bytes::from(bytes),
+        "application/json".to_string(),
+        admitted.warnings,
+    ))
+}
+
+fn reply(shared: &Shared, handled: Result<Reply, ApiError>) -> Response<Body> {
+    match handled {
         Ok(Reply::Json(code, v)) => full(code, &v),
         Ok(Reply::Yaml(code, v)) => match serde_yaml_ng::to_string(&v) {
             Ok(text) => bytes_response(code, text.into_bytes(), "application/yaml"),

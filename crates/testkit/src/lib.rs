@@ -8,6 +8,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
 pub mod defaulting;
 pub mod discovery;
 pub mod emulator;
@@ -24,6 +25,7 @@ pub mod store;
 pub mod table;
 mod watch;
 
+pub use admission::Services;
 pub use faults::{Fault, Faults, RequestRecord};
 pub use http::{ApiServer, Options};
 pub use status::ApiError;

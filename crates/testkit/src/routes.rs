@@ -137,7 +137,7 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
 }
 
 /// A create or update body in the encoding its `Content-Type` names.
-fn parse_body(content_type: &str, body: &Bytes) -> Result<Value, ApiError> {
+pub(crate) fn parse_body(content_type: &str, body: &Bytes) -> Result<Value, ApiError> {
     match negotiate::body_encoding(content_type)? {
         Encoding::Json => parse_json(body),
         Encoding::Yaml => serde_yaml_ng::from_slice(body).map_err(|e| {

@@ -160,6 +160,8 @@ fn help_explains_every_flag_and_its_variable() {
         "--kubeconfig-out",
         "KUBE_EMULATOR_KUBECONFIG_OUT",
         "--grace-scale",
+        "--service-endpoint",
+        "KUBE_EMULATOR_SERVICE_ENDPOINTS",
         "SIGTERM",
     ] {
         assert!(
