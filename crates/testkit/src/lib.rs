@@ -14,6 +14,7 @@ pub mod discovery;
 pub mod emulator;
 pub mod faults;
 mod http;
+pub mod httpclient;
 pub mod negotiate;
 pub mod openapi;
 pub mod patch;

@@ -477,6 +477,27 @@ fn delete_options(
     })
 }
 
+/// Marks the pod `PodScheduled=True`, as the registry's `assignPod` does on bind.
+fn set_pod_scheduled(pod: &mut Value) {
+    if !pod.get("status").is_some_and(Value::is_object) {
+        pod["status"] = json!({});
+    }
+    if !pod["status"].get("conditions").is_some_and(Value::is_array) {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    if let Some(conds) = pod["status"]["conditions"].as_array_mut() {
+        match conds
+            .iter_mut()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
+        {
+            Some(c) if c.get("status").and_then(Value::as_str) == Some("True") => {}
+            Some(c) => *c = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}),
+            None => conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now})),
+        }
+    }
+}
+
 /// `Binding`: sets `spec.nodeName` once; binding a bound pod is a 409, as the
 /// real registry's `assignPod` does.
 fn bind(
@@ -524,6 +545,7 @@ fn bind(
             out["spec"] = json!({});
         }
         out["spec"]["nodeName"] = node.clone().into();
+        set_pod_scheduled(&mut out);
         if let Some(a) = &annotations {
             if !out["metadata"].get("annotations").is_some_and(Value::is_object) {
                 out["metadata"]["annotations"] = json!({});

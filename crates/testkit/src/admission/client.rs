@@ -9,17 +9,10 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, RootCertStore};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
+use rustls::ClientConfig;
 
 use super::config::ClientConfig as HookClient;
-
-/// The largest webhook response read.
-const MAX_RESPONSE: usize = 16 * 1024 * 1024;
+use crate::httpclient::{Host, Target, parse_url, post_json, tls_trusting};
 
 /// Where Services' ports are served, standing in for cluster DNS and endpoints:
 /// `(namespace, name, port)` → a local address.
@@ -43,28 +36,13 @@ impl Services {
     }
 }
 
-/// A resolved webhook endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    /// The URL as kube-apiserver would show it in errors.
-    pub url: String,
-    pub server_name: String,
-    pub path_and_query: String,
-    host: Host,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Host {
-    Addr(SocketAddr),
-    Name(String, u16),
-}
-
-/// Where to send the review for this client config.
+/// Where to send the review for this client config: the URL (https only, as
+/// kube-apiserver requires) or the Service, with `?timeout=` appended.
 pub fn endpoint(
     cfg: &HookClient,
     services: &Services,
     timeout: Duration,
-) -> Result<Endpoint, String> {
+) -> Result<Target, String> {
     let timeout_q = format!("timeout={}s", timeout.as_secs());
     let with_query = |path: &str| {
         if path.contains('?') {
@@ -75,30 +53,18 @@ pub fn endpoint(
     };
     match (&cfg.url, &cfg.service) {
         (Some(url), None) => {
-            let rest = url
-                .strip_prefix("https://")
-                .ok_or_else(|| format!("webhook url {url:?} must use the https scheme"))?;
-            let (authority, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-            let path = match tail {
-                "" => "/".to_string(),
-                t if t.starts_with('?') => format!("/{t}"),
-                t => t.to_string(),
-            };
-            let (host, port) = split_host_port(authority)
-                .ok_or_else(|| format!("webhook url {url:?} has an invalid host"))?;
-            let path_and_query = with_query(&path);
-            let host = match host.parse::<std::net::IpAddr>() {
-                Ok(ip) => Host::Addr(SocketAddr::new(ip, port)),
-                Err(_) => Host::Name(host.clone(), port),
-            };
-            Ok(Endpoint {
-                url: format!("https://{authority}{path_and_query}"),
-                server_name: split_host_port(authority)
-                    .map(|(h, _)| h)
-                    .unwrap_or_default(),
-                path_and_query,
-                host,
-            })
+            let mut t = parse_url(url)?;
+            if !t.https {
+                return Err(format!("webhook url {url:?} must use the https scheme"));
+            }
+            t.path_and_query = with_query(&t.path_and_query);
+            let authority = url
+                .trim_start_matches("https://")
+                .split(['/', '?'])
+                .next()
+                .unwrap_or("");
+            t.url = format!("https://{authority}{}", t.path_and_query);
+            Ok(t)
         }
         (None, Some(svc)) => {
             let port = svc.port.unwrap_or(443);
@@ -114,111 +80,41 @@ pub fn endpoint(
                         svc.namespace, svc.name
                     )
                 })?;
-            Ok(Endpoint {
+            Ok(Target {
                 url,
+                https: true,
+                host: Host::Addr(addr),
                 server_name: dns,
                 path_and_query,
-                host: Host::Addr(addr),
             })
         }
         _ => Err("clientConfig must set exactly one of url and service".into()),
     }
 }
 
-/// `host[:port]` with IPv6 in brackets; 443 when no port is given.
-fn split_host_port(authority: &str) -> Option<(String, u16)> {
-    if let Some(rest) = authority.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        let port = match after.strip_prefix(':') {
-            Some(p) => p.parse().ok()?,
-            None if after.is_empty() => 443,
-            None => return None,
-        };
-        return Some((host.to_string(), port));
-    }
-    match authority.rsplit_once(':') {
-        Some((h, p)) if !h.is_empty() => Some((h.to_string(), p.parse().ok()?)),
-        Some(_) => None,
-        None if !authority.is_empty() => Some((authority.to_string(), 443)),
-        None => None,
-    }
-}
-
 fn tls_config(ca_bundle: Option<&str>) -> Result<Arc<ClientConfig>, String> {
-    use rustls::pki_types::pem::PemObject;
     let b64 = ca_bundle.filter(|b| !b.is_empty()).ok_or(
         "clientConfig.caBundle is empty: the emulator trusts only the configuration's caBundle",
     )?;
     let pem = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|e| format!("clientConfig.caBundle is not base64: {e}"))?;
-    let mut roots = RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        let cert = cert.map_err(|e| format!("clientConfig.caBundle: {e}"))?;
-        roots
-            .add(cert)
-            .map_err(|e| format!("clientConfig.caBundle: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err("clientConfig.caBundle holds no PEM certificate".into());
-    }
-    let config = ClientConfig::builder_with_provider(hami_server::tls::provider())
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    tls_trusting(&pem).map_err(|e| format!("clientConfig.caBundle: {e}"))
 }
 
 /// POSTs `body` and answers the HTTP status and body; every failure is described
 /// the way kube-apiserver words it (`failed to call webhook: Post "<url>": ...`).
 pub async fn post(
-    ep: &Endpoint,
+    ep: &Target,
     ca_bundle: Option<&str>,
     body: Vec<u8>,
     timeout: Duration,
 ) -> Result<(u16, Bytes), String> {
-    let fail =
-        |e: &dyn std::fmt::Display| format!("failed to call webhook: Post \"{}\": {e}", ep.url);
-    let tls = tls_config(ca_bundle).map_err(|e| fail(&e))?;
-    let call = async {
-        let tcp = match &ep.host {
-            Host::Addr(a) => TcpStream::connect(a).await,
-            Host::Name(h, p) => TcpStream::connect((h.as_str(), *p)).await,
-        }
-        .map_err(|e| fail(&e))?;
-        let name = ServerName::try_from(ep.server_name.clone()).map_err(|e| fail(&e))?;
-        let stream = TlsConnector::from(tls)
-            .connect(name, tcp)
-            .await
-            .map_err(|e| fail(&format!("tls: {e}")))?;
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| fail(&e))?;
-        let driver = tokio::spawn(conn);
-        let req = hyper::Request::builder()
-            .method("POST")
-            .uri(&ep.path_and_query)
-            .header(hyper::header::HOST, ep.server_name.as_str())
-            .header(hyper::header::CONTENT_TYPE, "application/json")
-            .header(hyper::header::ACCEPT, "application/json, */*")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| fail(&e))?;
-        let resp = sender.send_request(req).await.map_err(|e| fail(&e))?;
-        let status = resp.status().as_u16();
-        let bytes = Limited::new(resp.into_body(), MAX_RESPONSE)
-            .collect()
-            .await
-            .map_err(|e| fail(&format!("reading the response: {e}")))?
-            .to_bytes();
-        drop(sender);
-        driver.abort();
-        Ok((status, bytes))
-    };
-    match tokio::time::timeout(timeout, call).await {
-        Ok(r) => r,
-        Err(_) => Err(fail(&"context deadline exceeded")),
-    }
+    let tls = tls_config(ca_bundle)
+        .map_err(|e| format!("failed to call webhook: Post \"{}\": {e}", ep.url))?;
+    post_json(ep, Some(tls), body, timeout)
+        .await
+        .map_err(|e| format!("failed to call webhook: {e}"))
 }
 
 #[cfg(test)]
