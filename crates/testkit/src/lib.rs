@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod patch;
 pub mod resources;
 mod routes;
+pub mod scheduler;
 pub mod selectors;
 pub mod status;
 pub mod store;
