@@ -13,6 +13,7 @@ pub mod defaulting;
 pub mod discovery;
 pub mod emulator;
 pub mod faults;
+pub mod fixture;
 mod http;
 pub mod httpclient;
 pub mod negotiate;
