@@ -346,10 +346,21 @@ mod tests {
         let mut usage = NodeUsage::default();
         usage.add(&pod_requests(&pod(json!({}))));
         usage.add(&pod_requests(&pod(json!({}))));
-        let ignored = HashSet::new();
+        let ignored: HashSet<String> = ["nvidia.com/gpumem".to_string()].into();
         assert_eq!(
             run(&pod(json!({})), &node(json!({})), &usage, &ignored),
             Some(vec![TOO_MANY_PODS.into()])
+        );
+        // Not ignored, an extended resource the node lacks is insufficient.
+        let none = HashSet::new();
+        assert_eq!(
+            run(
+                &pod(json!({})),
+                &node(json!({})),
+                &NodeUsage::default(),
+                &none
+            ),
+            Some(vec!["Insufficient nvidia.com/gpumem".into()])
         );
         let init = pod(
             json!({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"cpu": "3"}}}]}}),
