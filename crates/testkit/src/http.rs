@@ -280,6 +280,12 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
             Err(e) => error(&e),
         };
     }
+    // Refused by the handler too, but before webhooks see a create that will not happen.
+    if method == "POST" && query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        return error(&ApiError::bad_request(
+            "dryRun is not supported by the emulator; the request was not applied",
+        ));
+    }
     let (body, content_type, warnings) = if method == "POST" {
         match admit(shared, &path, &query, &content_type, body).await {
             Ok(admitted) => admitted,

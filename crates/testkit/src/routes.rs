@@ -171,6 +171,14 @@ pub struct Call<'a> {
 /// (object, `Table`, `PartialObjectMetadata`; JSON or YAML).
 pub fn handle(store: &Arc<Store>, settings: &Settings, call: Call<'_>) -> Result<Reply, ApiError> {
     let target = parse_path(call.path)?;
+    // A dry run must not persist anything; rather than store the object anyway,
+    // say it is not emulated (OpenAPI does not advertise `dryRun`, so kubectl
+    // refuses --dry-run=server before asking).
+    if call.method != "GET" && call.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by the emulator; the request was not applied",
+        ));
+    }
     let (res, is_list) = match &target {
         Target::Collection { res, .. } => (*res, call.method == "GET"),
         Target::Item { res, .. } | Target::Sub { res, .. } => (*res, false),

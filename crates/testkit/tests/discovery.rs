@@ -458,6 +458,18 @@ async fn delete_collection_and_unknown_subresources() {
     )
     .await;
     assert_eq!(code, 404);
+    // Dry runs are refused rather than applied.
+    let (code, _, _) = raw(
+        &server,
+        "DELETE",
+        "/api/v1/namespaces/default/pods/b?dryRun=All",
+        "",
+        "application/json",
+        "",
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert!(pods.get_opt("b").await.unwrap().is_some());
     // Namespaces have no deletecollection, as on the real server.
     let (code, _, _) = raw(
         &server,
