@@ -192,6 +192,9 @@ Checks on value combinations that a schema cannot express; rendered by
 templates/validate.yaml, which emits no object.
 */}}
 {{- define "hami-rs.validate" -}}
+{{- if and .Chart.KubeVersion (not (semverCompare .Chart.KubeVersion .Capabilities.KubeVersion.Version)) }}
+{{- fail (printf "Kubernetes %s is not supported: this chart needs %s (kube-scheduler's v1 configuration and the APIs it uses)" .Capabilities.KubeVersion.Version .Chart.KubeVersion) }}
+{{- end }}
 {{- $sched := .Values.scheduler }}
 {{- if and (gt (int $sched.replicas) 1) (not $sched.leaderElect) }}
 {{- fail "scheduler.replicas > 1 needs scheduler.leaderElect: true (only the leader may schedule)" }}
