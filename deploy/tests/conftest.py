@@ -88,6 +88,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
         }
     },
     "no-leader-election": {"scheduler": {"leaderElect": False}},
+    "scheduler-only": {
+        "devicePlugin": {"enabled": False},
+        "scheduler": {"admissionWebhook": {"enabled": False}, "service": {"enabled": False}},
+    },
     "own-certificate": {
         "scheduler": {
             "patch": {"enabled": False},

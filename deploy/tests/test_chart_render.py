@@ -747,3 +747,12 @@ def test_notes_tell_how_to_use_it(default: Rendered) -> None:
     for r in ("nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpucores"):
         assert r in notes
     assert "hami.io/webhook=ignore" in notes
+
+
+def test_scheduler_only(rendered: dict[str, Rendered]) -> None:
+    out = rendered["scheduler-only"]
+    assert {o["kind"] for o in out.objects} == {
+        "ConfigMap", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
+    }
+    assert out.names("Deployment") == {name("scheduler")}
+    assert out.names("ServiceAccount") == {name("scheduler")}
