@@ -83,7 +83,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "ha": {
         "scheduler": {
             "replicas": 2,
-            "admissionWebhook": {"replicas": 3},
+            # null, as HAMi's values.yaml leaves it (Helm drops null keys).
+            "admissionWebhook": {"replicas": 3, "whitelistNamespaces": None},
             "podDisruptionBudget": {"minAvailable": 1},
         }
     },
