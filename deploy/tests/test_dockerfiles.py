@@ -257,3 +257,20 @@ def test_chart_images_and_ports_match_the_dockerfiles() -> None:
             # The init container runs a program the image ships.
             shipped = {args[-1] for flags, args in (i.flags_and_args() for i in parsed(image).final.all("COPY"))}
             assert c["command"][0] in shipped, c["command"]
+
+
+@pytest.mark.parametrize("image", IMAGES)
+def test_dockerignore_sends_exactly_what_is_copied(image: str) -> None:
+    ignore = DOCKER / f"{image}.Dockerfile.dockerignore"
+    lines = [ln.strip() for ln in ignore.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    assert lines[0] == "*", "start from nothing, then re-include"
+    kept = {pathlib.PurePosixPath(ln[1:]) for ln in lines if ln.startswith("!")}
+    sources = set()
+    for inst in parsed(image).instructions:
+        if inst.cmd in ("COPY", "ADD"):
+            flags, args = inst.flags_and_args()
+            if "from" not in flags:
+                sources |= {pathlib.PurePosixPath(s.rstrip("/")) for s in args[:-1]}
+    missing = [s for s in sources if not any(s == k or k in s.parents for k in kept)]
+    assert not missing, f"{image}: COPY sources excluded from the context: {missing}"
+    assert kept <= sources, f"{image}: context includes paths nothing copies: {sorted(map(str, kept - sources))}"
