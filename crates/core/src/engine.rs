@@ -319,7 +319,7 @@ pub fn place(
 ) -> Placement {
     let mut failed = BTreeMap::new();
     let mut scores = BTreeMap::new();
-    let chosen = scan(
+    let chosen = place_reporting(
         plan,
         registry,
         ledger,
@@ -351,12 +351,15 @@ pub fn place_best<'a>(
     ledger: &Ledger,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<(String, NodeFit)> {
-    scan(plan, registry, ledger, candidates, |_, _| {})
+    place_reporting(plan, registry, ledger, candidates, |_, _| {})
 }
 
-/// Fits the pod on every candidate, reporting each outcome (`Err(None)` = unknown
-/// node), and returns the best node under the pod's node policy.
-fn scan<'a>(
+/// Fits the pod on every candidate, reporting each outcome to `report` (`Ok(score)`
+/// for a fit, `Err(None)` for a node the ledger does not know, `Err(Some(f))` for a
+/// misfit), and returns the best node under the pod's node policy. For callers that
+/// want less than [`place`]'s full report (counts, a few scores) without allocating
+/// per node; reasons can be rendered later with [`FitFailure::render`].
+pub fn place_reporting<'a>(
     plan: &PodPlan,
     registry: &VendorRegistry,
     ledger: &Ledger,

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 use std::time::Instant;
 
 use hami_core::annotations as keys;
-use hami_core::engine::{PodPlan, allocation_annotations, place};
-use hami_core::reason::NODE_UNREGISTERED;
+use hami_core::engine::{PodPlan, allocation_annotations, place_reporting};
+use hami_core::fit::FitFailure;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::patch::{MetadataPatch, patch_pod};
 use serde_json::json;
@@ -25,15 +25,14 @@ use crate::wire::{ExtenderArgs, ExtenderFilterResult};
 const EVENT_NODES: usize = 10;
 
 impl Extender {
-    /// Answers one /filter call.
-    pub async fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
-        let started = Instant::now();
+    /// Answers one /filter call (`started`: when the request arrived).
+    pub async fn filter(&self, args: ExtenderArgs<'_>, started: Instant) -> ExtenderFilterResult {
         let (result, outcome) = self.filter_inner(args).await;
         self.metrics.filter_done(outcome, started.elapsed());
         result
     }
 
-    async fn filter_inner(&self, args: ExtenderArgs) -> (ExtenderFilterResult, &'static str) {
+    async fn filter_inner(&self, args: ExtenderArgs<'_>) -> (ExtenderFilterResult, &'static str) {
         let Some(pod) = args.pod else {
             self.metrics.error("filter", "no_pod");
             return (
@@ -46,9 +45,13 @@ impl Extender {
             pod.metadata.name.clone().unwrap_or_default(),
         );
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let candidates = match (&args.node_names, &args.nodes) {
-            (Some(names), _) => names.clone(),
-            (None, Some(list)) => list.names(),
+        let listed;
+        let candidates: Vec<&str> = match (&args.node_names, &args.nodes) {
+            (Some(names), _) => names.iter().map(|n| n.as_ref()).collect(),
+            (None, Some(list)) => {
+                listed = list.names();
+                listed.iter().map(String::as_str).collect()
+            }
             (None, None) => Vec::new(),
         };
         let plan = match PodPlan::new(&pod, &self.registry, &self.settings.defaults) {
@@ -69,7 +72,9 @@ impl Extender {
         if plan.is_empty() {
             // Not ours: every candidate passes.
             let result = ExtenderFilterResult {
-                node_names: args.node_names,
+                node_names: args
+                    .node_names
+                    .map(|n| n.into_iter().map(|c| c.into_owned()).collect()),
                 nodes: args.nodes.map(|l| json!(l)),
                 ..ExtenderFilterResult::default()
             };
@@ -88,61 +93,88 @@ impl Extender {
         }
 
         let now = unix_now();
-        let (placement, decision) = {
+        // The full per-node report is only built when no node fits; a placed pod's
+        // event names a few fitting nodes and counts the rest.
+        let mut fits = 0usize;
+        let mut shown: Vec<(&str, f32)> = Vec::new();
+        let mut misfits: Vec<(&str, Option<FitFailure>)> = Vec::new();
+        let decision = {
             let mut st = self.lock_state();
             st.begin_filter(&uid, now);
-            let mut placement = place(&plan, &self.registry, st.ledger(), &candidates);
-            for (node, reason) in placement.failed.iter_mut() {
-                if reason == NODE_UNREGISTERED {
-                    *reason = st.unusable_reason(node);
+            let chosen = place_reporting(
+                &plan,
+                &self.registry,
+                st.ledger(),
+                candidates.iter().copied(),
+                |node, outcome| match outcome {
+                    Ok(score) => {
+                        fits += 1;
+                        if shown.len() < EVENT_NODES {
+                            shown.push((node, score));
+                        }
+                    }
+                    Err(f) => misfits.push((node, f)),
+                },
+            );
+            match chosen {
+                Some((node, fit)) => {
+                    let annotations = allocation_annotations(&self.registry, &node, &fit, now);
+                    let report = st.reserve(
+                        &uid,
+                        &namespace,
+                        &name,
+                        &node,
+                        &fit.devices,
+                        &plan.kinds,
+                        &annotations,
+                        now,
+                    );
+                    if !report.unknown_devices.is_empty() {
+                        tracing::error!(%node, devices = ?report.unknown_devices, "reserved devices the node does not register");
+                    }
+                    Ok((node, annotations))
                 }
+                None => Err(misfits
+                    .iter()
+                    .map(|(node, f)| {
+                        let reason = match f {
+                            Some(f) => f.render(),
+                            None => st.unusable_reason(node),
+                        };
+                        (node.to_string(), reason)
+                    })
+                    .collect::<BTreeMap<String, String>>()),
             }
-            let decision = placement.chosen.as_ref().map(|(node, fit)| {
-                let annotations = allocation_annotations(&self.registry, node, fit, now);
-                let report = st.reserve(
-                    &uid,
-                    &namespace,
-                    &name,
-                    node,
-                    &fit.devices,
-                    &plan.kinds,
-                    &annotations,
-                    now,
-                );
-                if !report.unknown_devices.is_empty() {
-                    tracing::error!(%node, devices = ?report.unknown_devices, "reserved devices the node does not register");
-                }
-                (node.clone(), annotations)
-            });
-            (placement, decision)
         };
 
         let subject = Subject::pod(&namespace, &name, Some(&uid));
-        let Some((node, annotations)) = decision else {
-            let summary = failure_summary(&placement.failed);
-            tracing::info!(pod = %format!("{namespace}/{name}"), reasons = %summary, "filter: no node fits");
-            self.events
-                .record(subject, EventType::Warning, "FilteringFailed", summary);
-            let result = ExtenderFilterResult {
-                failed_nodes: Some(placement.failed),
-                ..ExtenderFilterResult::default()
-            };
-            return (result, "unschedulable");
+        let (node, annotations) = match decision {
+            Ok(d) => d,
+            Err(failed) => {
+                let summary = failure_summary(&failed);
+                tracing::info!(pod = %format!("{namespace}/{name}"), reasons = %summary, "filter: no node fits");
+                self.events.record(subject, EventType::Warning, "FilteringFailed", summary);
+                let result = ExtenderFilterResult {
+                    failed_nodes: Some(failed),
+                    ..ExtenderFilterResult::default()
+                };
+                return (result, "unschedulable");
+            }
         };
 
         self.write_annotations(&uid, &namespace, &name, &node, annotations);
         tracing::info!(
             pod = %format!("{namespace}/{name}"),
             %node,
-            fit = placement.scores.len(),
-            not_fit = placement.failed.len(),
+            fit = fits,
+            not_fit = misfits.len(),
             "filter: placed"
         );
         self.events.record(
             subject,
             EventType::Normal,
             "FilteringSucceed",
-            success_message(&node, &placement.failed, &placement.scores),
+            success_message(&node, misfits.len(), fits, &shown),
         );
         let result = match args.nodes {
             Some(list) => {
@@ -223,28 +255,19 @@ impl Extender {
 }
 
 /// HAMi's FilteringSucceed text: `find fit node(<n>), <k> nodes not fit, <m> nodes
-/// fit(<n1>:<s1>,...)`, the fit list cut at a few nodes.
-fn success_message(
-    node: &str,
-    failed: &BTreeMap<String, String>,
-    scores: &BTreeMap<String, f32>,
-) -> String {
-    let mut fit = String::new();
-    for (i, (n, s)) in scores.iter().enumerate() {
-        if i == EVENT_NODES {
-            fit.push_str(",...");
-            break;
-        }
+/// fit(<n1>:<s1>,...)`, naming the first few fitting candidates.
+fn success_message(node: &str, not_fit: usize, fits: usize, shown: &[(&str, f32)]) -> String {
+    let mut list = String::new();
+    for (i, (n, s)) in shown.iter().enumerate() {
         if i > 0 {
-            fit.push(',');
+            list.push(',');
         }
-        let _ = write!(fit, "{n}:{s:.2}");
+        let _ = write!(list, "{n}:{s:.2}");
     }
-    format!(
-        "find fit node({node}), {} nodes not fit, {} nodes fit({fit})",
-        failed.len(),
-        scores.len()
-    )
+    if fits > shown.len() {
+        list.push_str(",...");
+    }
+    format!("find fit node({node}), {not_fit} nodes not fit, {fits} nodes fit({list})")
 }
 
 /// Groups per-node reasons by reason name: `no available node, 3 nodes do not meet:
@@ -303,10 +326,13 @@ mod tests {
 
     #[test]
     fn success_message_is_hamis_and_bounded() {
-        let scores: BTreeMap<String, f32> = (0..12)
-            .map(|i| (format!("n{i:02}"), i as f32 / 3.0))
+        let names: Vec<String> = (0..10).map(|i| format!("n{i:02}")).collect();
+        let shown: Vec<(&str, f32)> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i as f32 / 3.0))
             .collect();
-        let msg = success_message("n11", &BTreeMap::new(), &scores);
+        let msg = success_message("n11", 0, 12, &shown);
         assert!(
             msg.starts_with("find fit node(n11), 0 nodes not fit, 12 nodes fit(n00:0.00,n01:0.33,"),
             "{msg}"

@@ -132,14 +132,24 @@ impl Extender {
     async fn route(&self, req: Request<Incoming>) -> HttpResponse {
         let path = req.uri().path().to_string();
         match (req.method().clone(), path.as_str()) {
-            (Method::POST, "/filter") => match self.read_json(req).await {
-                Ok(args) => respond::json(StatusCode::OK, &self.filter(args).await),
-                // kube-scheduler reads errors in-band: 200 with `Error` set.
-                Err(e) => {
-                    self.metrics.error("filter", "bad_body");
-                    respond::json(StatusCode::OK, &ExtenderFilterResult::error(e))
+            (Method::POST, "/filter") => {
+                let started = std::time::Instant::now();
+                let parsed = match read_request_bounded(req, self.settings.body_limit).await {
+                    Ok((_, body)) => match serde_json::from_slice(&body) {
+                        Ok(args) => Ok(self.filter(args, started).await),
+                        Err(e) => Err(format!("request body is not valid ExtenderArgs JSON: {e}")),
+                    },
+                    Err(e) => Err(e.to_string()),
+                };
+                match parsed {
+                    Ok(result) => respond::json(StatusCode::OK, &result),
+                    // kube-scheduler reads errors in-band: 200 with `Error` set.
+                    Err(e) => {
+                        self.metrics.error("filter", "bad_body");
+                        respond::json(StatusCode::OK, &ExtenderFilterResult::error(e))
+                    }
                 }
-            },
+            }
             (Method::POST, "/bind") => match self.read_json(req).await {
                 Ok(args) => respond::json(StatusCode::OK, &self.bind(args).await),
                 Err(e) => {

@@ -2,23 +2,25 @@
 //! carry no json tags, so the wire names are the Go field names; Go writes `null` for
 //! empty maps, lists and pointers, and omits nothing.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Body of POST /filter.
+/// Body of POST /filter. Node names borrow from the request body: a large cluster
+/// sends thousands per call.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct ExtenderArgs {
+pub struct ExtenderArgs<'a> {
     #[serde(rename = "Pod", default)]
     pub pod: Option<Pod>,
     /// Whole Node objects (a v1 NodeList), sent when `nodeCacheCapable` is false.
     #[serde(rename = "Nodes", default)]
     pub nodes: Option<NodeList>,
     /// Node names, sent when `nodeCacheCapable` is true.
-    #[serde(rename = "NodeNames", default)]
-    pub node_names: Option<Vec<String>>,
+    #[serde(rename = "NodeNames", default, borrow)]
+    pub node_names: Option<Vec<Cow<'a, str>>>,
 }
 
 /// A v1 NodeList kept as raw JSON: only names are read, and the chosen node is echoed
@@ -103,25 +105,27 @@ mod tests {
 
     #[test]
     fn go_field_names_and_nulls() {
-        let args: ExtenderArgs = serde_json::from_value(json!({
+        let text = json!({
             "Pod": {"metadata": {"name": "p", "uid": "u"}},
             "Nodes": null,
             "NodeNames": ["a", "b"]
-        }))
-        .unwrap();
+        })
+        .to_string();
+        let args: ExtenderArgs = serde_json::from_str(&text).unwrap();
         assert_eq!(args.node_names.unwrap(), ["a", "b"]);
         assert!(args.nodes.is_none());
         assert_eq!(args.pod.unwrap().metadata.uid.as_deref(), Some("u"));
 
-        let args: ExtenderArgs = serde_json::from_value(json!({
+        let text = json!({
             "Pod": null,
             "Nodes": {"metadata": {}, "items": [{"metadata": {"name": "n1"}}, {"kind": "x"}]},
             "NodeNames": null
-        }))
-        .unwrap();
+        })
+        .to_string();
+        let args: ExtenderArgs = serde_json::from_str(&text).unwrap();
         assert!(args.pod.is_none());
         assert_eq!(args.nodes.unwrap().names(), ["n1"]);
-        let args: ExtenderArgs = serde_json::from_value(json!({"Nodes": {"items": null}})).unwrap();
+        let args: ExtenderArgs = serde_json::from_str(r#"{"Nodes": {"items": null}}"#).unwrap();
         assert!(args.nodes.unwrap().items.is_empty());
 
         let out = serde_json::to_value(ExtenderFilterResult {

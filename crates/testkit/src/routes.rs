@@ -380,32 +380,33 @@ fn list(
     sel: &Selector,
     query: &HashMap<String, String>,
 ) -> Result<Reply, ApiError> {
-    let (mut items, rv) = store.list(res, ns, sel);
-    let mut meta = json!({"resourceVersion": rv.to_string()});
     // Pagination: the continue token is the last returned "namespace/name".
     // Unlike the real server, later pages are not from the first page's snapshot.
-    let key = |o: &Value| {
+    let after = query
+        .get("continue")
+        .filter(|t| !t.is_empty())
+        .map(|t| t.split_once('/').unwrap_or(("", t.as_str())));
+    let limit = query
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    // The real server leaves remainingItemCount out when a selector filters the list.
+    let count_rest = sel.is_empty();
+    let page = store.list_page(res, ns, sel, after, limit, count_rest);
+    let items = page.items;
+    let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+    if page.rest > 0
+        && let Some(last) = items.last()
+    {
         let m = |f: &str| {
-            o.pointer(&format!("/metadata/{f}"))
+            last.pointer(&format!("/metadata/{f}"))
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string()
         };
-        format!("{}/{}", m("namespace"), m("name"))
-    };
-    if let Some(token) = query.get("continue").filter(|t| !t.is_empty()) {
-        items.retain(|o| key(o) > *token);
-    }
-    if let Some(limit) = query
-        .get("limit")
-        .and_then(|l| l.parse::<usize>().ok())
-        .filter(|l| *l > 0 && items.len() > *l)
-    {
-        let rest = items.len() - limit;
-        items.truncate(limit);
-        if let Some(last) = items.last() {
-            meta["continue"] = key(last).into();
-            meta["remainingItemCount"] = rest.into();
+        meta["continue"] = format!("{}/{}", m("namespace"), m("name")).into();
+        if count_rest {
+            meta["remainingItemCount"] = page.rest.into();
         }
     }
     ok(json!({

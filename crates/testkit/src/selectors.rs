@@ -263,6 +263,11 @@ pub struct Selector {
 }
 
 impl Selector {
+    /// True when it selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.labels.0.is_empty() && self.fields.0.is_empty()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.labels.matches(obj) && self.fields.matches(obj)
     }

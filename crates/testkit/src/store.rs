@@ -38,6 +38,15 @@ pub struct Event {
 
 type Key = (&'static str, String, String);
 
+/// One page of a list (see [`Store::list_page`]).
+#[derive(Debug)]
+pub struct Page {
+    pub items: Vec<Value>,
+    /// Matching objects after the page (with `count_rest`; else 1 if any, 0 if none).
+    pub rest: usize,
+    pub resource_version: u64,
+}
+
 #[derive(Debug)]
 struct Inner {
     objects: BTreeMap<Key, Value>,
@@ -227,6 +236,46 @@ impl Store {
             .get(&(res.id, Self::ns_key(res, ns), name.to_string()))
             .cloned()
             .ok_or_else(|| ApiError::not_found(res.plural, name))
+    }
+
+    /// One page of a list: the matching objects after `after` (namespace, name),
+    /// at most `limit` of them, whether more match after the page (and how many,
+    /// when `count_rest`), and the resourceVersion. Only the page is cloned, so
+    /// paging through a large collection costs no more than listing it once.
+    pub fn list_page(
+        &self,
+        res: &Resource,
+        ns: Option<&str>,
+        sel: &Selector,
+        after: Option<(&str, &str)>,
+        limit: Option<usize>,
+        count_rest: bool,
+    ) -> Page {
+        use std::ops::Bound;
+        let g = self.lock();
+        let scope = ns.map(|n| Self::ns_key(res, Some(n)));
+        let start = match after {
+            Some((n, m)) => Bound::Excluded((res.id, n.to_string(), m.to_string())),
+            None => Bound::Included((res.id, scope.clone().unwrap_or_default(), String::new())),
+        };
+        let mut matching = g
+            .objects
+            .range((start, Bound::Unbounded))
+            .take_while(|((r, _, _), _)| *r == res.id)
+            .filter(|((_, n, _), _)| scope.as_deref().is_none_or(|s| s == n))
+            .filter(|(_, o)| sel.matches(o));
+        let limit = limit.unwrap_or(usize::MAX);
+        let items: Vec<Value> = matching.by_ref().take(limit).map(|(_, o)| o.clone()).collect();
+        let rest = if count_rest {
+            matching.count()
+        } else {
+            usize::from(matching.next().is_some())
+        };
+        Page {
+            items,
+            rest,
+            resource_version: g.rv,
+        }
     }
 
     /// Lists matching objects (all namespaces when `ns` is None) and the
