@@ -1,5 +1,6 @@
 //! Test kit for hami-rs: an in-process Kubernetes API server emulator that the
-//! real `kube::Client` talks to over plain HTTP on 127.0.0.1.
+//! real `kube::Client` talks to over plain HTTP on 127.0.0.1, and a kubelet
+//! device-manager emulator ([`kubelet`]) that device plugins talk to over unix sockets.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -10,6 +11,7 @@
 
 pub mod faults;
 mod http;
+pub mod kubelet;
 pub mod patch;
 pub mod resources;
 mod routes;
