@@ -5,6 +5,7 @@
 //!   change (cert-manager and Secret volume rotation), with graceful shutdown driven by
 //!   a [`CancellationToken`].
 //! - [`body::read_bounded`]: request bodies read up to a limit (413 past it).
+//! - [`flags`]: Go-style duration and listen-address flag values.
 //! - [`respond`]: small JSON/text response helpers.
 //! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
 //! - [`trace::init_tracing`]: text or JSON logs.
@@ -12,6 +13,7 @@
 
 pub mod admin;
 pub mod body;
+pub mod flags;
 pub mod respond;
 pub mod serve;
 pub mod shutdown;

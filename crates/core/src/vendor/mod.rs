@@ -43,6 +43,9 @@ pub trait Vendor: Send + Sync + Debug {
     fn common_word(&self) -> &str;
     /// Extended resource names this vendor manages.
     fn resource_names(&self) -> Vec<String>;
+    /// The resource counting devices (`nvidia.com/gpu`): what the device plugin advertises
+    /// to kubelet, so its allocatable on the node tells whether the plugin is alive.
+    fn count_resource(&self) -> &str;
     /// The node annotation holding the vendor's device inventory.
     fn register_annotation(&self) -> &str;
     /// Pod annotation the device plugin consumes container by container.

@@ -48,6 +48,10 @@ impl Vendor for Nvidia {
         ]
     }
 
+    fn count_resource(&self) -> &str {
+        &self.cfg.resource_count_name
+    }
+
     fn register_annotation(&self) -> &str {
         keys::NVIDIA_NODE_REGISTER
     }

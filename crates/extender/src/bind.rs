@@ -1,0 +1,249 @@
+//! POST /bind: take the node lock, mark the pod `allocating`, create the Binding.
+//!
+//! Every early return gives back what was taken (design invariant 4): the node lock
+//! (unless this pod already held it before this call) and the reservation.
+
+use std::time::{Duration, Instant};
+
+use hami_core::annotations as keys;
+use hami_core::engine::PodPlan;
+use hami_k8s::events::{EventType, Subject};
+use hami_k8s::lock::{self, Acquired, LockError};
+use hami_k8s::patch::{MetadataPatch, is_not_found, patch_pod};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use serde_json::json;
+
+use crate::service::{Extender, WriteState, unix_now};
+use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
+
+/// Longest a /bind waits for the pod's annotation write.
+const WRITE_WAIT: Duration = Duration::from_secs(10);
+/// Lock retries at least this often while waiting (a holder may vanish silently).
+const LOCK_POLL_MAX: Duration = Duration::from_millis(500);
+
+/// A failed bind: the message for kube-scheduler and a bounded metric reason.
+struct BindFailure {
+    reason: &'static str,
+    message: String,
+}
+
+fn fail(reason: &'static str, message: impl Into<String>) -> BindFailure {
+    BindFailure {
+        reason,
+        message: message.into(),
+    }
+}
+
+impl Extender {
+    /// Answers one /bind call.
+    pub async fn bind(&self, args: ExtenderBindingArgs) -> ExtenderBindingResult {
+        let started = Instant::now();
+        let pod = format!("{}/{}", args.pod_namespace, args.pod_name);
+        let result = self.bind_inner(&args).await;
+        let subject = Subject::pod(&args.pod_namespace, &args.pod_name, Some(&args.pod_uid));
+        match result {
+            Ok(()) => {
+                tracing::info!(%pod, node = %args.node, "bind: bound");
+                self.events.record(
+                    subject,
+                    EventType::Normal,
+                    "BindingSucceed",
+                    format!("Successfully binding node [{}] to {pod}", args.node),
+                );
+                self.metrics.bind_done("bound", started.elapsed());
+                ExtenderBindingResult::default()
+            }
+            Err(f) => {
+                tracing::warn!(%pod, node = %args.node, error = %f.message, "bind: failed");
+                self.events
+                    .record(subject, EventType::Warning, "BindingFailed", f.message.clone());
+                self.metrics.error("bind", f.reason);
+                self.metrics.bind_done("error", started.elapsed());
+                ExtenderBindingResult { error: f.message }
+            }
+        }
+    }
+
+    async fn bind_inner(&self, args: &ExtenderBindingArgs) -> Result<(), BindFailure> {
+        if args.pod_name.is_empty() || args.pod_namespace.is_empty() || args.node.is_empty() {
+            return Err(fail(
+                "bad_request",
+                "binding args need PodName, PodNamespace and Node",
+            ));
+        }
+        let (ns, name, node, uid) = (
+            args.pod_namespace.as_str(),
+            args.pod_name.as_str(),
+            args.node.as_str(),
+            args.pod_uid.as_str(),
+        );
+        let held = self.lock_state().holding_node(uid).map(str::to_string);
+        match held.as_deref() {
+            Some(n) if n == node => {}
+            Some(other) => {
+                return Err(fail(
+                    "wrong_node",
+                    format!("pod {ns}/{name} was placed on node {other} by /filter, not on {node}; it must be filtered again"),
+                ));
+            }
+            None => return self.bind_unreserved(ns, name, uid, node).await,
+        }
+        let took = match self.await_write(uid, ns, name).await {
+            Ok(()) => self.acquire_node_lock(node, ns, name).await,
+            Err(f) => Err(f),
+        };
+        let took = took.inspect_err(|_| {
+            self.lock_state().abandon(uid, unix_now());
+        })?;
+        let bound = self.bind_locked(ns, name, uid, node).await;
+        if let Err(f) = bound {
+            if took != Some(Acquired::Reentered) {
+                self.release_lock(node, ns, name).await;
+            }
+            self.lock_state().abandon(uid, unix_now());
+            return Err(f);
+        }
+        self.lock_state().note_bound(uid, node, unix_now());
+        Ok(())
+    }
+
+    /// Marks the pod and creates the Binding, with the node lock held.
+    async fn bind_locked(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
+        let phase = MetadataPatch::new()
+            .annotate(keys::BIND_PHASE, "allocating")
+            .annotate(keys::BIND_TIME, unix_now().to_string());
+        if let Err(e) = patch_pod(&self.client, ns, name, &phase).await {
+            let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
+            return Err(fail(reason, format!("could not mark pod {ns}/{name} allocating: {e}")));
+        }
+        self.create_binding(ns, name, uid, node).await
+    }
+
+    async fn create_binding(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
+        let mut metadata = json!({"name": name, "namespace": ns});
+        if !uid.is_empty() {
+            metadata["uid"] = json!(uid);
+        }
+        let binding = json!({
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": metadata,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}
+        });
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        pods.create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
+                fail(reason, format!("could not bind pod {ns}/{name} to {node}: {e}"))
+            })
+    }
+
+    /// A pod without a reservation: fine if it asks for no managed device (kube-scheduler
+    /// sends every pod of the profile when no managedResources are configured),
+    /// otherwise it must pass /filter first.
+    async fn bind_unreserved(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let pod = match pods.get_opt(name).await {
+            Ok(Some(p)) => p,
+            Ok(None) => return Err(fail("pod_gone", format!("pod {ns}/{name} not found"))),
+            Err(e) => return Err(fail("api", format!("could not read pod {ns}/{name}: {e}"))),
+        };
+        let asks = PodPlan::new(&pod, &self.registry, &self.settings.defaults)
+            .map(|p| !p.is_empty())
+            .unwrap_or(true);
+        if asks {
+            return Err(fail(
+                "not_reserved",
+                format!(
+                    "pod {ns}/{name} holds no GPU reservation on node {node} (filtered by another scheduler instance, expired after {}s, or its annotation write failed); it must be filtered again",
+                    self.settings.reservation_timeout.as_secs()
+                ),
+            ));
+        }
+        self.create_binding(ns, name, uid, node).await
+    }
+
+    /// Waits for the pod's annotation write from /filter, if one is in flight.
+    async fn await_write(&self, uid: &str, ns: &str, name: &str) -> Result<(), BindFailure> {
+        let pending = self
+            .writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(uid)
+            .cloned();
+        let Some(mut rx) = pending else {
+            return Ok(());
+        };
+        let waited = tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
+        let state = match waited {
+            Ok(Ok(s)) => s.clone(),
+            Ok(Err(_)) => WriteState::Failed("annotation writer stopped".into()),
+            Err(_) => WriteState::Failed(format!("still pending after {}s", WRITE_WAIT.as_secs())),
+        };
+        match state {
+            WriteState::Written => Ok(()),
+            WriteState::Pending | WriteState::Failed(_) => {
+                let why = match state {
+                    WriteState::Failed(e) => e,
+                    _ => "unknown".into(),
+                };
+                Err(fail("annotate_failed", format!("pod {ns}/{name} could not be annotated with its GPU assignment: {why}")))
+            }
+        }
+    }
+
+    /// Takes the node lock, waiting (bounded) while another live pod holds it. Binds
+    /// onto one node queue here in arrival order, so only the first polls the API.
+    async fn acquire_node_lock(&self, node: &str, ns: &str, name: &str) -> Result<Option<Acquired>, BindFailure> {
+        let started = Instant::now();
+        let deadline = started + self.settings.node_lock_wait;
+        let queue = self.node_queue(node);
+        let _turn = match tokio::time::timeout_at(deadline.into(), queue.lock()).await {
+            Ok(g) => g,
+            Err(_) => {
+                return Err(fail("lock_timeout", format!(
+                    "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
+                    self.settings.node_lock_wait.as_secs()
+                )));
+            }
+        };
+        let mut delay = Duration::from_millis(20);
+        let mut changes = self.node_changes.subscribe();
+        loop {
+            match lock::try_acquire(&self.client, node, ns, name, self.settings.node_lock_timeout).await {
+                Ok(a) => {
+                    let waited = started.elapsed();
+                    if waited > Duration::from_millis(1) {
+                        self.metrics.lock_waited(waited);
+                    }
+                    return Ok(Some(a));
+                }
+                Err(e @ LockError::Held { .. }) | Err(e @ LockError::Contended { .. }) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(fail("lock_timeout", format!("{e}; gave up after waiting {}s (--node-lock-wait)", self.settings.node_lock_wait.as_secs())));
+                    }
+                    // Wake on any node change (the device plugin releasing the lock) or
+                    // on the poll timer, whichever comes first.
+                    let wait = delay.min(deadline - now);
+                    let _ = tokio::time::timeout(wait, changes.changed()).await;
+                    delay = (delay * 2).min(LOCK_POLL_MAX);
+                }
+                Err(LockError::NodeNotFound(n)) => {
+                    return Err(fail("node_gone", format!("node {n} not found")));
+                }
+                Err(e) => return Err(fail("api", e.to_string())),
+            }
+        }
+    }
+
+    pub(crate) async fn release_lock(&self, node: &str, ns: &str, name: &str) {
+        if let Err(e) = lock::release(&self.client, node, ns, name).await {
+            tracing::error!(%node, pod = %format!("{ns}/{name}"), error = %e, "could not release the node lock; it expires after --node-lock-timeout");
+            self.metrics.error("bind", "lock_release_failed");
+        }
+    }
+}

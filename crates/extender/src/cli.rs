@@ -1,0 +1,182 @@
+//! Command line. Flag names follow HAMi's scheduler where the meaning is the same
+//! (`--http_bind`, `--cert_file`, `--node-scheduler-policy`, …); every flag also reads an
+//! environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+use hami_core::policy::{GpuPolicy, NodePolicy};
+use hami_server::flags::{parse_go_duration, parse_listen_addr};
+use hami_server::trace::LogFormat;
+
+/// Default body limit: a nodeCacheCapable=false ExtenderArgs carries whole Node objects.
+pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "hami-scheduler",
+    version,
+    about = "Scheduler extender of hami-rs: places GPU-sharing pods for kube-scheduler (/filter, /bind)",
+    long_about = "Scheduler extender of hami-rs, wire-compatible with HAMi.\n\n\
+        kube-scheduler (profile --scheduler-name) calls POST /filter and POST /bind for pods \
+        that ask for managed GPU resources. /filter picks the node and the GPUs with the \
+        configured node and GPU policies, reserves them in an in-memory allocation ledger \
+        fed by watches of nodes and pods, and writes HAMi's pod annotations \
+        (hami.io/vgpu-node, hami.io/vgpu-devices-to-allocate, ...). /bind takes the node \
+        lock (hami.io/mutex.lock), marks the pod bind-phase=allocating and creates the \
+        Binding; the device plugin releases the lock after Allocate. Nodes whose device \
+        plugin stops reporting (node handshake, allocatable GPUs) stop receiving pods and \
+        come back on their own. The admin address serves /livez, /readyz (ready once the \
+        node and pod caches have synced) and /metrics.\n\n\
+        The API server is found the standard way: in-cluster config, else KUBECONFIG."
+)]
+pub struct Cli {
+    /// Address of the extender endpoint (/filter, /bind).
+    #[arg(long = "http_bind", env = "HTTP_BIND", default_value = "127.0.0.1:8080", value_parser = parse_listen_addr)]
+    pub http_bind: SocketAddr,
+
+    /// PEM certificate for HTTPS (with --key_file); re-read when it changes. Plain HTTP
+    /// when unset.
+    #[arg(long = "cert_file", env = "CERT_FILE", requires = "key_file")]
+    pub cert_file: Option<PathBuf>,
+
+    /// PEM private key for HTTPS (with --cert_file).
+    #[arg(long = "key_file", env = "KEY_FILE", requires = "cert_file")]
+    pub key_file: Option<PathBuf>,
+
+    /// kube-scheduler profile this extender serves; the source of its events.
+    #[arg(long, env = "SCHEDULER_NAME", default_value = "hami-scheduler")]
+    pub scheduler_name: String,
+
+    /// Node policy when the pod sets none (hami.io/node-scheduler-policy):
+    /// binpack (fill busy nodes), spread (prefer idle nodes) or frag (least fragmentation).
+    #[arg(long, env = "NODE_SCHEDULER_POLICY", default_value = "binpack", value_parser = parse_node_policy)]
+    pub node_scheduler_policy: NodePolicy,
+
+    /// GPU policy when the pod sets none (hami.io/gpu-scheduler-policy): binpack,
+    /// spread, mutex, numa, topology-aware, frag, or a comma chain such as numa,binpack.
+    #[arg(long, env = "GPU_SCHEDULER_POLICY", default_value = "spread", value_parser = parse_gpu_policy)]
+    pub gpu_scheduler_policy: GpuPolicy,
+
+    /// HAMi-compatible device-config.yaml (resource names, memoryFactor, defaults).
+    /// Built-in chart defaults when unset; an unreadable file is fatal.
+    #[arg(long, env = "DEVICE_CONFIG_FILE")]
+    pub device_config_file: Option<PathBuf>,
+
+    /// A node lock older than this is taken over (Go duration).
+    #[arg(long, env = "HAMI_NODELOCK_EXPIRE", default_value = "5m", value_parser = parse_go_duration)]
+    pub node_lock_timeout: Duration,
+
+    /// How long /bind waits for a node locked by another pod before giving up (keep it
+    /// under kube-scheduler's extender httpTimeout). 0 fails at once, as HAMi does.
+    #[arg(long, env = "NODE_LOCK_WAIT", default_value = "20s", value_parser = parse_go_duration)]
+    pub node_lock_wait: Duration,
+
+    /// A filtered pod that is still unbound after this long no longer holds its GPUs.
+    #[arg(long, env = "RESERVATION_TIMEOUT", default_value = "2m", value_parser = parse_go_duration)]
+    pub reservation_timeout: Duration,
+
+    /// Admin address: /livez, /readyz, /metrics (plain HTTP).
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":9395", value_parser = parse_listen_addr)]
+    pub metrics_bind_address: SocketAddr,
+
+    /// Only nodes with these labels (`k=v,k2=v2`, any label selector) are considered.
+    #[arg(long, env = "NODE_LABEL_SELECTOR")]
+    pub node_label_selector: Option<String>,
+
+    /// How often node registrations and handshakes are checked.
+    #[arg(long, env = "REGISTRY_INTERVAL", default_value = "15s", value_parser = parse_go_duration)]
+    pub registry_interval: Duration,
+
+    /// How long a node's device plugin has to answer a handshake request.
+    #[arg(long, env = "HANDSHAKE_TIMEOUT", default_value = "60s", value_parser = parse_go_duration)]
+    pub handshake_timeout: Duration,
+
+    /// Follow kube-scheduler's leader election: only the replica whose kube-scheduler
+    /// holds the Lease writes node handshakes.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// Name of kube-scheduler's Lease (default: the scheduler name).
+    #[arg(long, env = "LEADER_ELECT_RESOURCE_NAME")]
+    pub leader_elect_resource_name: Option<String>,
+
+    /// Namespace of kube-scheduler's Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "kube-system")]
+    pub leader_elect_resource_namespace: String,
+
+    /// This replica's identity (kube-scheduler's Lease holder starts with it).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+
+    /// kubeconfig file; unset: in-cluster config, else KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
+    pub max_body_bytes: usize,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter in RUST_LOG syntax; RUST_LOG is used when unset.
+    #[arg(long, env = "LOG_LEVEL")]
+    pub log_level: Option<String>,
+}
+
+fn parse_node_policy(s: &str) -> Result<NodePolicy, String> {
+    match s.trim() {
+        "binpack" => Ok(NodePolicy::Binpack),
+        "spread" => Ok(NodePolicy::Spread),
+        "frag" => Ok(NodePolicy::Frag),
+        other => Err(format!(
+            "unknown node policy {other:?} (binpack, spread or frag)"
+        )),
+    }
+}
+
+fn parse_gpu_policy(s: &str) -> Result<GpuPolicy, String> {
+    GpuPolicy::parse_strict(s).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hami_flag_names_parse() {
+        let cli = Cli::try_parse_from([
+            "hami-scheduler",
+            "--http_bind=0.0.0.0:443",
+            "--cert_file=/tls/tls.crt",
+            "--key_file=/tls/tls.key",
+            "--scheduler-name=hami-scheduler",
+            "--node-scheduler-policy=spread",
+            "--gpu-scheduler-policy=numa,binpack",
+            "--node-lock-timeout=90s",
+            "--metrics-bind-address=:9395",
+            "--node-label-selector=gpu=on",
+            "--leader-elect=true",
+        ])
+        .unwrap();
+        assert_eq!(cli.http_bind.port(), 443);
+        assert_eq!(cli.node_scheduler_policy, NodePolicy::Spread);
+        assert_eq!(cli.node_lock_timeout, Duration::from_secs(90));
+        assert_eq!(cli.metrics_bind_address.port(), 9395);
+        assert!(cli.leader_elect);
+    }
+
+    #[test]
+    fn bad_values_are_refused_with_a_reason() {
+        let e = Cli::try_parse_from(["x", "--node-scheduler-policy=tight"]).unwrap_err();
+        assert!(e.to_string().contains("binpack, spread or frag"), "{e}");
+        let e = Cli::try_parse_from(["x", "--gpu-scheduler-policy=bogus"]).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        assert!(Cli::try_parse_from(["x", "--cert_file=/a"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--node-lock-timeout=5"]).is_err());
+    }
+}

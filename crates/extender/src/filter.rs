@@ -1,0 +1,295 @@
+//! POST /filter: choose the node and devices, reserve them, and have the pod annotated.
+//!
+//! The decision and the reservation happen under the state lock, so concurrent filters
+//! never hand out the same capacity twice. The annotation write happens after the
+//! answer, off kube-scheduler's critical path: /bind for the pod waits for it before
+//! the pod is bound (the device plugin reads the annotations only after binding), and a
+//! failed write abandons the reservation so /bind fails and kube-scheduler retries.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use hami_core::annotations as keys;
+use hami_core::engine::{PodPlan, allocation_annotations, place};
+use hami_core::reason::NODE_UNREGISTERED;
+use hami_k8s::events::{EventType, Subject};
+use hami_k8s::patch::{MetadataPatch, patch_pod};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::service::{Extender, WriteState, unix_now};
+use crate::wire::{ExtenderArgs, ExtenderFilterResult};
+
+/// Nodes named in one FilteringSucceed event before the list is cut short.
+const EVENT_NODES: usize = 10;
+
+impl Extender {
+    /// Answers one /filter call.
+    pub async fn filter(&self, args: ExtenderArgs) -> ExtenderFilterResult {
+        let started = Instant::now();
+        let (result, outcome) = self.filter_inner(args).await;
+        self.metrics.filter_done(outcome, started.elapsed());
+        result
+    }
+
+    async fn filter_inner(&self, args: ExtenderArgs) -> (ExtenderFilterResult, &'static str) {
+        let Some(pod) = args.pod else {
+            self.metrics.error("filter", "no_pod");
+            return (
+                ExtenderFilterResult::error("extender args carry no Pod"),
+                "error",
+            );
+        };
+        let (namespace, name) = (
+            pod.metadata.namespace.clone().unwrap_or_default(),
+            pod.metadata.name.clone().unwrap_or_default(),
+        );
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let candidates = match (&args.node_names, &args.nodes) {
+            (Some(names), _) => names.clone(),
+            (None, Some(list)) => list.names(),
+            (None, None) => Vec::new(),
+        };
+        let plan = match PodPlan::new(&pod, &self.registry, &self.settings.defaults) {
+            Ok(p) => p,
+            Err(e) => {
+                let msg = format!("pod {namespace}/{name} cannot be scheduled: {e}");
+                tracing::info!(pod = %format!("{namespace}/{name}"), error = %e, "filter: pod refused");
+                self.events.record(
+                    Subject::pod(&namespace, &name, Some(&uid)),
+                    EventType::Warning,
+                    "FilteringFailed",
+                    msg.clone(),
+                );
+                self.metrics.error("filter", "bad_request");
+                return (ExtenderFilterResult::error(msg), "error");
+            }
+        };
+        if plan.is_empty() {
+            // Not ours: every candidate passes.
+            let result = ExtenderFilterResult {
+                node_names: args.node_names,
+                nodes: args.nodes.map(|l| json!(l)),
+                ..ExtenderFilterResult::default()
+            };
+            return (result, "passthrough");
+        }
+        if uid.is_empty() {
+            self.metrics.error("filter", "no_uid");
+            return (
+                ExtenderFilterResult::error(format!("pod {namespace}/{name} has no metadata.uid")),
+                "error",
+            );
+        }
+        if let Err(e) = self.wait_synced().await {
+            self.metrics.error("filter", "not_synced");
+            return (ExtenderFilterResult::error(e), "error");
+        }
+
+        let now = unix_now();
+        let (placement, decision) = {
+            let mut st = self.lock_state();
+            st.begin_filter(&uid, now);
+            let mut placement = place(&plan, &self.registry, st.ledger(), &candidates);
+            for (node, reason) in placement.failed.iter_mut() {
+                if reason == NODE_UNREGISTERED {
+                    *reason = st.unusable_reason(node);
+                }
+            }
+            let decision = placement.chosen.as_ref().map(|(node, fit)| {
+                let annotations = allocation_annotations(&self.registry, node, fit, now);
+                let report = st.reserve(
+                    &uid,
+                    &namespace,
+                    &name,
+                    node,
+                    &fit.devices,
+                    &plan.kinds,
+                    &annotations,
+                    now,
+                );
+                if !report.unknown_devices.is_empty() {
+                    tracing::error!(%node, devices = ?report.unknown_devices, "reserved devices the node does not register");
+                }
+                (node.clone(), annotations)
+            });
+            (placement, decision)
+        };
+
+        let subject = Subject::pod(&namespace, &name, Some(&uid));
+        let Some((node, annotations)) = decision else {
+            let summary = failure_summary(&placement.failed);
+            tracing::info!(pod = %format!("{namespace}/{name}"), reasons = %summary, "filter: no node fits");
+            self.events.record(subject, EventType::Warning, "FilteringFailed", summary);
+            let result = ExtenderFilterResult {
+                failed_nodes: Some(placement.failed),
+                ..ExtenderFilterResult::default()
+            };
+            return (result, "unschedulable");
+        };
+
+        self.write_annotations(&uid, &namespace, &name, &node, annotations);
+        tracing::info!(
+            pod = %format!("{namespace}/{name}"),
+            %node,
+            fit = placement.scores.len(),
+            not_fit = placement.failed.len(),
+            "filter: placed"
+        );
+        self.events.record(
+            subject,
+            EventType::Normal,
+            "FilteringSucceed",
+            success_message(&node, &placement.failed, &placement.scores),
+        );
+        let result = match args.nodes {
+            Some(list) => {
+                let chosen: Vec<_> = list
+                    .items
+                    .into_iter()
+                    .filter(|n| n.pointer("/metadata/name").and_then(|v| v.as_str()) == Some(&node))
+                    .collect();
+                ExtenderFilterResult {
+                    nodes: Some(json!({"metadata": {}, "items": chosen})),
+                    ..ExtenderFilterResult::default()
+                }
+            }
+            None => ExtenderFilterResult {
+                node_names: Some(vec![node]),
+                ..ExtenderFilterResult::default()
+            },
+        };
+        (result, "placed")
+    }
+
+    /// Writes the decision into the pod in the background; a later write for the same
+    /// pod waits for the earlier one, so the last decision is the one that lands.
+    fn write_annotations(
+        &self,
+        uid: &str,
+        namespace: &str,
+        name: &str,
+        node: &str,
+        annotations: BTreeMap<String, String>,
+    ) {
+        let (tx, rx) = watch::channel(WriteState::Pending);
+        let previous = self
+            .writes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid.to_string(), rx.clone());
+        let mut patch = MetadataPatch::new().label(keys::VGPU_NODE, node);
+        for (k, v) in &annotations {
+            patch = patch.annotate(k, v.as_str());
+        }
+        let (client, metrics, state, writes) = (
+            self.client.clone(),
+            self.metrics.clone(),
+            self.state.clone(),
+            self.writes.clone(),
+        );
+        let (uid, namespace, name) = (uid.to_string(), namespace.to_string(), name.to_string());
+        tokio::spawn(async move {
+            if let Some(mut prev) = previous {
+                // Ignore the outcome; only the order matters.
+                let _ = prev.wait_for(|s| *s != WriteState::Pending).await;
+            }
+            let outcome = match patch_pod(&client, &namespace, &name, &patch).await {
+                Ok(_) => WriteState::Written,
+                Err(e) => {
+                    tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "could not annotate the pod with its placement; reservation dropped");
+                    metrics.error("filter", "annotate_failed");
+                    state
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .abandon(&uid, unix_now());
+                    WriteState::Failed(e.to_string())
+                }
+            };
+            let _ = tx.send(outcome);
+            // Forget the finished write unless a newer one replaced it.
+            let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
+            if writes.get(&uid).is_some_and(|r| r.same_channel(&rx)) {
+                writes.remove(&uid);
+            }
+        });
+    }
+}
+
+/// HAMi's FilteringSucceed text: `find fit node(<n>), <k> nodes not fit, <m> nodes
+/// fit(<n1>:<s1>,...)`, the fit list cut at a few nodes.
+fn success_message(
+    node: &str,
+    failed: &BTreeMap<String, String>,
+    scores: &BTreeMap<String, f32>,
+) -> String {
+    let mut fit = String::new();
+    for (i, (n, s)) in scores.iter().enumerate() {
+        if i == EVENT_NODES {
+            fit.push_str(",...");
+            break;
+        }
+        if i > 0 {
+            fit.push(',');
+        }
+        let _ = write!(fit, "{n}:{s:.2}");
+    }
+    format!(
+        "find fit node({node}), {} nodes not fit, {} nodes fit({fit})",
+        failed.len(),
+        scores.len()
+    )
+}
+
+/// Groups per-node reasons by reason name: `no available node, 3 nodes do not meet:
+/// 2 nodes CardInsufficientMemory(n1,n2); 1 nodes node unregistered(n3)`.
+pub fn failure_summary(failed: &BTreeMap<String, String>) -> String {
+    let mut by_reason: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (node, reason) in failed {
+        for part in reason.split(", ") {
+            // HAMi's per-node entries read `<count>/<devices> <Reason>`.
+            let name = match part.split_once(' ') {
+                Some((counts, rest)) if counts.contains('/') => rest,
+                _ => part,
+            };
+            by_reason.entry(name.to_string()).or_default().push(node);
+        }
+    }
+    let mut out = format!("no available node, {} nodes do not meet", failed.len());
+    for (i, (reason, nodes)) in by_reason.iter().enumerate() {
+        out.push_str(if i == 0 { ": " } else { "; " });
+        let shown: Vec<&str> = nodes.iter().take(EVENT_NODES).copied().collect();
+        let more = if nodes.len() > EVENT_NODES { ",..." } else { "" };
+        let _ = write!(out, "{} nodes {reason}({}{more})", nodes.len(), shown.join(","));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_groups_nodes_by_reason() {
+        let failed = BTreeMap::from([
+            ("n1".to_string(), "1/2 CardInsufficientMemory, 1/2 CardNotHealth".to_string()),
+            ("n2".to_string(), "2/2 CardInsufficientMemory".to_string()),
+            ("n3".to_string(), "node unregistered".to_string()),
+        ]);
+        assert_eq!(
+            failure_summary(&failed),
+            "no available node, 3 nodes do not meet: 2 nodes CardInsufficientMemory(n1,n2); \
+             1 nodes CardNotHealth(n1); 1 nodes node unregistered(n3)"
+        );
+    }
+
+    #[test]
+    fn success_message_is_hamis_and_bounded() {
+        let scores: BTreeMap<String, f32> =
+            (0..12).map(|i| (format!("n{i:02}"), i as f32 / 3.0)).collect();
+        let msg = success_message("n11", &BTreeMap::new(), &scores);
+        assert!(msg.starts_with("find fit node(n11), 0 nodes not fit, 12 nodes fit(n00:0.00,n01:0.33,"), "{msg}");
+        assert!(msg.ends_with(",...)"), "{msg}");
+    }
+}

@@ -1,0 +1,189 @@
+//! Background rounds: node registration health (handshakes) and reservation expiry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hami_core::vendor::VendorRegistry;
+use hami_k8s::events::{EventType, Recorder, Subject};
+use hami_k8s::patch::{MetadataPatch, patch_node};
+use hami_server::CancellationToken;
+use kube::Client;
+use tokio::sync::watch;
+
+use crate::health::judge;
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+use crate::service::unix_now;
+use crate::state::SchedState;
+
+/// How often unbound reservations are checked for expiry.
+const EXPIRY_INTERVAL: Duration = Duration::from_secs(5);
+/// Node events arriving in a burst are handled in one round.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// What the registry round needs.
+#[derive(Clone)]
+pub struct Registry {
+    pub state: Arc<Mutex<SchedState>>,
+    pub registry: VendorRegistry,
+    pub client: Client,
+    pub leadership: Leadership,
+    pub events: Recorder,
+    pub interval: Duration,
+    pub handshake_timeout: Duration,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("interval", &self.interval)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Write {
+    node: String,
+    annotation: String,
+    value: String,
+}
+
+struct Transition {
+    node: String,
+    uid: Option<String>,
+    vendor: String,
+    unhealthy: Option<String>,
+}
+
+impl Registry {
+    /// Judges every node's device plugins on a timer and after node changes.
+    pub async fn run(self, mut changes: watch::Receiver<u64>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(100)));
+        let mut seen: HashMap<(String, String), String> = HashMap::new();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tick.tick() => {}
+                c = changes.changed() => {
+                    if c.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(DEBOUNCE).await;
+                    changes.borrow_and_update();
+                }
+            }
+            let (writes, transitions) = self.round(&mut seen);
+            for t in transitions {
+                let subject = Subject::node(&t.node, t.uid.as_deref());
+                match t.unhealthy {
+                    Some(why) => {
+                        tracing::warn!(node = %t.node, vendor = %t.vendor, reason = %why, "node devices taken out of scheduling");
+                        self.events.record(subject, EventType::Warning, "DevicePluginNotReporting", format!("{} devices are not scheduled: {why}", t.vendor));
+                    }
+                    None => {
+                        tracing::info!(node = %t.node, vendor = %t.vendor, "node devices back in scheduling");
+                        self.events.record(subject, EventType::Normal, "DevicePluginReporting", format!("{} devices are scheduled again", t.vendor));
+                    }
+                }
+            }
+            if !self.leadership.is_leader() {
+                continue;
+            }
+            for w in writes {
+                let patch = MetadataPatch::new().annotate(&w.annotation, w.value);
+                if let Err(e) = patch_node(&self.client, &w.node, &patch).await {
+                    tracing::warn!(node = %w.node, error = %e, "could not write the node handshake");
+                }
+            }
+        }
+    }
+
+    /// One judgement of every node and vendor; returns handshake writes and health
+    /// changes.
+    fn round(&self, seen: &mut HashMap<(String, String), String>) -> (Vec<Write>, Vec<Transition>) {
+        let now = chrono::Local::now().naive_local();
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut verdicts = Vec::new();
+        let mut writes = Vec::new();
+        for (name, entry) in st.nodes() {
+            for v in self.registry.vendors() {
+                let vendor = v.common_word();
+                let Some(key) = v.handshake_annotation() else {
+                    continue;
+                };
+                if !entry.inventory.vendors.iter().any(|g| g.vendor == vendor) {
+                    continue;
+                }
+                let handshake = entry.handshakes.get(vendor).cloned().flatten();
+                // A registration that changed since the last round proves the plugin is
+                // alive, like an answer to the handshake.
+                let registration = entry
+                    .shaping
+                    .get(v.register_annotation())
+                    .cloned()
+                    .unwrap_or_default();
+                let fresh = seen
+                    .insert((name.clone(), vendor.to_string()), registration.clone())
+                    .is_some_and(|old| old != registration);
+                let answered = if fresh { None } else { handshake.as_deref() };
+                let verdict = judge(
+                    answered,
+                    entry.allocatable.get(vendor).copied(),
+                    v.count_resource(),
+                    now,
+                    self.handshake_timeout,
+                );
+                if let Some(value) = verdict.write {
+                    writes.push(Write {
+                        node: name.clone(),
+                        annotation: key.to_string(),
+                        value,
+                    });
+                }
+                verdicts.push((name.clone(), entry.uid.clone(), vendor.to_string(), verdict.unhealthy));
+            }
+        }
+        seen.retain(|(n, _), _| st.node(n).is_some());
+        let mut transitions = Vec::new();
+        for (node, uid, vendor, unhealthy) in verdicts {
+            if st.set_vendor_health(&node, &vendor, unhealthy.clone()) {
+                transitions.push(Transition {
+                    node,
+                    uid,
+                    vendor,
+                    unhealthy,
+                });
+            }
+        }
+        (writes, transitions)
+    }
+}
+
+/// Ends the holds of pods that stayed unbound past the reservation timeout.
+pub async fn expire_reservations(
+    state: Arc<Mutex<SchedState>>,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let expired = state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .expire(unix_now());
+        for e in &expired {
+            tracing::info!(
+                pod = %format!("{}/{}", e.namespace, e.name),
+                node = %e.node,
+                reservation = e.reservation,
+                "pod stayed unbound past the reservation timeout; its GPUs are released"
+            );
+        }
+        metrics.expired(expired.len());
+    }
+}

@@ -1,0 +1,20 @@
+//! hami-scheduler: the kube-scheduler extender of hami-rs.
+//!
+//! kube-scheduler calls [`service::Extender::filter`] and [`service::Extender::bind`]
+//! over HTTP ([`wire`] has the protocol). Decisions come from hami-core's placement
+//! engine over [`state::SchedState`], which watches of nodes and pods keep current
+//! ([`watch`]); [`housekeeping`] takes nodes whose device plugin stopped reporting out of
+//! scheduling ([`health`]) and expires reservations that were never bound.
+
+pub mod bind;
+pub mod cli;
+pub mod filter;
+pub mod health;
+pub mod housekeeping;
+pub mod leader;
+pub mod metrics;
+pub mod run;
+pub mod service;
+pub mod state;
+pub mod watch;
+pub mod wire;

@@ -1,0 +1,235 @@
+//! Wiring: caches, background rounds, the extender endpoint and the admin port.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hami_core::config::DeviceConfig;
+use hami_core::engine::SchedulerDefaults;
+use hami_core::vendor::VendorRegistry;
+use hami_k8s::events::Recorder;
+use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::{CancellationToken, TlsConfig, serve};
+use kube::Client;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::cli::Cli;
+use crate::housekeeping::{self, expire_reservations};
+use crate::leader::{Leadership, follow_lease};
+use crate::metrics::Metrics;
+use crate::service::{Extender, Settings};
+use crate::state::SchedState;
+use crate::watch::{SyncTracker, watch_nodes, watch_pods};
+
+/// Why the service could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("cannot read device config {path}: {source}")]
+    ReadConfig {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("device config {path}: {source}")]
+    Config {
+        path: String,
+        source: hami_core::config::ConfigError,
+    },
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Client(#[from] hami_k8s::client::ClientError),
+    #[error(transparent)]
+    Tls(#[from] hami_server::tls::TlsError),
+    #[error(transparent)]
+    Serve(#[from] hami_server::ServeError),
+}
+
+/// Everything the service needs, with listeners already bound (tests pass
+/// 127.0.0.1:0).
+#[derive(Debug)]
+pub struct Service {
+    pub listener: TcpListener,
+    pub admin_listener: TcpListener,
+    pub tls: TlsConfig,
+    pub devices: DeviceConfig,
+    pub settings: Settings,
+    pub node_label_selector: Option<String>,
+    pub registry_interval: Duration,
+    pub handshake_timeout: Duration,
+    /// `Some((namespace, name, identity))` to follow kube-scheduler's Lease.
+    pub leader_lease: Option<(String, String, String)>,
+}
+
+impl Service {
+    /// The flags' service, with listeners bound.
+    pub async fn from_cli(cli: &Cli) -> Result<Self, RunError> {
+        let devices = load_device_config(cli)?;
+        let bind = |addr: std::net::SocketAddr| async move {
+            TcpListener::bind(addr).await.map_err(|source| RunError::Bind {
+                address: addr.to_string(),
+                source,
+            })
+        };
+        let tls = TlsConfig::from_optional(cli.cert_file.clone(), cli.key_file.clone())?;
+        let identity = cli
+            .identity
+            .clone()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .unwrap_or_default();
+        let leader_lease = cli.leader_elect.then(|| {
+            (
+                cli.leader_elect_resource_namespace.clone(),
+                cli.leader_elect_resource_name
+                    .clone()
+                    .unwrap_or_else(|| cli.scheduler_name.clone()),
+                identity,
+            )
+        });
+        Ok(Service {
+            listener: bind(cli.http_bind).await?,
+            admin_listener: bind(cli.metrics_bind_address).await?,
+            tls,
+            devices,
+            settings: Settings {
+                scheduler_name: cli.scheduler_name.clone(),
+                defaults: SchedulerDefaults {
+                    node_policy: cli.node_scheduler_policy,
+                    gpu_policy: cli.gpu_scheduler_policy.clone(),
+                },
+                node_lock_timeout: cli.node_lock_timeout,
+                node_lock_wait: cli.node_lock_wait,
+                reservation_timeout: cli.reservation_timeout,
+                body_limit: cli.max_body_bytes,
+                sync_wait: Duration::from_secs(10),
+            },
+            node_label_selector: cli.node_label_selector.clone(),
+            registry_interval: cli.registry_interval,
+            handshake_timeout: cli.handshake_timeout,
+            leader_lease,
+        })
+    }
+}
+
+fn load_device_config(cli: &Cli) -> Result<DeviceConfig, RunError> {
+    let Some(path) = &cli.device_config_file else {
+        return Ok(DeviceConfig::default());
+    };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| RunError::ReadConfig {
+        path: shown.clone(),
+        source,
+    })?;
+    DeviceConfig::from_yaml(&text).map_err(|source| RunError::Config {
+        path: shown,
+        source,
+    })
+}
+
+/// Runs the service against `client` until `shutdown`.
+pub async fn serve_service(
+    svc: Service,
+    client: Client,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    let registry = VendorRegistry::from_config(&svc.devices);
+    let ttl = i64::try_from(svc.settings.reservation_timeout.as_secs()).unwrap_or(i64::MAX);
+    let state = Arc::new(Mutex::new(SchedState::new(registry.clone(), ttl)));
+    let mut prom = Registry::default();
+    let metrics = Metrics::register(&mut prom, state.clone());
+    let readiness = Readiness::not_ready("node and pod caches have not synced yet");
+    let admin = AdminState {
+        readiness: readiness.clone(),
+        registry: Arc::new(prom),
+    };
+    if let TlsConfig::Files { cert, key } = &svc.tls {
+        hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
+    }
+    let instance = svc
+        .leader_lease
+        .as_ref()
+        .map(|(_, _, id)| id.clone())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| svc.settings.scheduler_name.clone());
+    let events = Recorder::start(client.clone(), &svc.settings.scheduler_name, &instance);
+    let (changes, _) = watch::channel(0u64);
+    let sync = SyncTracker::new(state.clone(), readiness);
+
+    let leadership = match &svc.leader_lease {
+        None => {
+            metrics.set_leader(true);
+            Leadership::always()
+        }
+        Some((ns, name, identity)) => {
+            let l = Leadership::always();
+            tokio::spawn(follow_lease(
+                client.clone(),
+                ns.clone(),
+                name.clone(),
+                identity.clone(),
+                l.clone(),
+                metrics.clone(),
+                shutdown.clone(),
+            ));
+            l
+        }
+    };
+    tokio::spawn(watch_nodes(
+        client.clone(),
+        state.clone(),
+        svc.node_label_selector.clone(),
+        changes.clone(),
+        sync.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(watch_pods(client.clone(), state.clone(), sync, shutdown.clone()));
+    tokio::spawn(expire_reservations(state.clone(), metrics.clone(), shutdown.clone()));
+    let registry_round = housekeeping::Registry {
+        state: state.clone(),
+        registry,
+        client: client.clone(),
+        leadership,
+        events: events.clone(),
+        interval: svc.registry_interval,
+        handshake_timeout: svc.handshake_timeout,
+    };
+    tokio::spawn(registry_round.run(changes.subscribe(), shutdown.clone()));
+
+    let extender = Arc::new(Extender::new(
+        state,
+        client,
+        events,
+        metrics,
+        svc.settings,
+        changes,
+    ));
+    let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
+    let served = serve(svc.listener, svc.tls, extender.into_handler(), shutdown.clone()).await;
+    shutdown.cancel();
+    let admin_result = admin_task.await;
+    served?;
+    match admin_result {
+        Ok(r) => r?,
+        Err(e) => tracing::error!(error = %e, "admin server task failed"),
+    }
+    Ok(())
+}
+
+/// Parses nothing, binds the flags' addresses, connects, and serves until `shutdown`.
+pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> {
+    let svc = Service::from_cli(&cli).await?;
+    let client = hami_k8s::client::connect(cli.kubeconfig.as_deref()).await?;
+    tracing::info!(
+        scheduler = %svc.settings.scheduler_name,
+        node_policy = %svc.settings.defaults.node_policy,
+        gpu_policy = %svc.settings.defaults.gpu_policy.as_str(),
+        http = %cli.http_bind,
+        admin = %cli.metrics_bind_address,
+        leader_elect = cli.leader_elect,
+        "hami-scheduler starting"
+    );
+    serve_service(svc, client, shutdown).await
+}

@@ -1,0 +1,173 @@
+//! The extender service: shared state plus the HTTP routes kube-scheduler calls.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use hami_core::engine::SchedulerDefaults;
+use hami_core::vendor::VendorRegistry;
+use hami_k8s::events::Recorder;
+use hami_server::body::read_request_bounded;
+use hami_server::{Handler, HttpResponse, handler_fn, respond};
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use kube::Client;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::state::SchedState;
+use crate::wire::{ExtenderBindingResult, ExtenderFilterResult};
+
+/// Settings of the service (from the flags).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub scheduler_name: String,
+    pub defaults: SchedulerDefaults,
+    pub node_lock_timeout: Duration,
+    pub node_lock_wait: Duration,
+    pub reservation_timeout: Duration,
+    pub body_limit: usize,
+    /// How long /filter waits for the caches to sync before answering with an error.
+    pub sync_wait: Duration,
+}
+
+/// Progress of a pod's annotation write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteState {
+    Pending,
+    Written,
+    Failed(String),
+}
+
+/// The extender: what /filter and /bind share.
+pub struct Extender {
+    pub(crate) state: Arc<Mutex<SchedState>>,
+    pub(crate) registry: VendorRegistry,
+    pub(crate) client: Client,
+    pub(crate) events: Recorder,
+    pub(crate) metrics: Metrics,
+    pub(crate) settings: Settings,
+    /// Annotation writes in flight, by pod UID.
+    pub(crate) writes: Arc<Mutex<HashMap<String, watch::Receiver<WriteState>>>>,
+    /// Bumped on every node event, so lock waiters wake when a lock is released.
+    pub(crate) node_changes: watch::Sender<u64>,
+    /// Per node: binds waiting for its lock queue here.
+    queues: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Extender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extender")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Extender {
+    pub fn new(
+        state: Arc<Mutex<SchedState>>,
+        client: Client,
+        events: Recorder,
+        metrics: Metrics,
+        settings: Settings,
+        node_changes: watch::Sender<u64>,
+    ) -> Self {
+        let registry = state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .registry()
+            .clone();
+        Extender {
+            state,
+            registry,
+            client,
+            events,
+            metrics,
+            settings,
+            writes: Arc::default(),
+            node_changes,
+            queues: Mutex::default(),
+        }
+    }
+
+    pub(crate) fn lock_state(&self) -> MutexGuard<'_, SchedState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until the node and pod caches have synced, up to `sync_wait`.
+    pub(crate) async fn wait_synced(&self) -> Result<(), String> {
+        let deadline = Instant::now() + self.settings.sync_wait;
+        loop {
+            if self.lock_state().synced() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "hami-scheduler has not finished listing nodes and pods after {}s; try again",
+                    self.settings.sync_wait.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub(crate) fn node_queue(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        // Drop queues nobody waits on, so the map stays as small as the set of busy nodes.
+        if queues.len() > 1024 {
+            queues.retain(|_, q| Arc::strong_count(q) > 1);
+        }
+        queues.entry(node.to_string()).or_default().clone()
+    }
+
+    /// The routes as a server handler.
+    pub fn into_handler(self: Arc<Self>) -> Handler {
+        handler_fn(move |req| {
+            let this = self.clone();
+            async move { this.route(req).await }
+        })
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> HttpResponse {
+        let path = req.uri().path().to_string();
+        match (req.method().clone(), path.as_str()) {
+            (Method::POST, "/filter") => match self.read_json(req).await {
+                Ok(args) => respond::json(StatusCode::OK, &self.filter(args).await),
+                // kube-scheduler reads errors in-band: 200 with `Error` set.
+                Err(e) => {
+                    self.metrics.error("filter", "bad_body");
+                    respond::json(StatusCode::OK, &ExtenderFilterResult::error(e))
+                }
+            },
+            (Method::POST, "/bind") => match self.read_json(req).await {
+                Ok(args) => respond::json(StatusCode::OK, &self.bind(args).await),
+                Err(e) => {
+                    self.metrics.error("bind", "bad_body");
+                    respond::json(StatusCode::OK, &ExtenderBindingResult { error: e })
+                }
+            },
+            (Method::GET, "/healthz") => respond::text(StatusCode::OK, "ok"),
+            (_, "/filter" | "/bind") => respond::error_json(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "extender calls must be sent with POST",
+            ),
+            _ => respond::error_json(
+                StatusCode::NOT_FOUND,
+                &format!("no route {path}; kube-scheduler calls POST /filter and POST /bind"),
+            ),
+        }
+    }
+
+    async fn read_json<T: DeserializeOwned>(&self, req: Request<Incoming>) -> Result<T, String> {
+        let (_, body) = read_request_bounded(req, self.settings.body_limit)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::from_slice(&body).map_err(|e| format!("request body is not valid JSON for this call: {e}"))
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> i64 {
+    chrono::Utc::now().timestamp()
+}

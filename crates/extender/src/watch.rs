@@ -1,0 +1,196 @@
+//! Watch-fed caches: nodes and pods stream into [`SchedState`] through kube's watcher
+//! (list, then watch; relist on 410 or a dropped connection). Nothing here polls.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use futures::{StreamExt, TryStreamExt};
+use hami_server::admin::Readiness;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use tokio::sync::watch;
+use hami_server::CancellationToken;
+
+use crate::service::unix_now;
+use crate::state::SchedState;
+
+/// Which caches have synced, so readiness is reported once both have.
+#[derive(Debug, Clone)]
+pub struct SyncTracker {
+    state: Arc<Mutex<SchedState>>,
+    readiness: Readiness,
+}
+
+impl SyncTracker {
+    pub fn new(state: Arc<Mutex<SchedState>>, readiness: Readiness) -> Self {
+        SyncTracker { state, readiness }
+    }
+
+    fn update(&self) {
+        if self.state.lock().unwrap_or_else(|p| p.into_inner()).synced() {
+            self.readiness.set_ready();
+        }
+    }
+}
+
+/// Streams nodes (matching `label_selector`) into the state until `shutdown`.
+pub async fn watch_nodes(
+    client: Client,
+    state: Arc<Mutex<SchedState>>,
+    label_selector: Option<String>,
+    changes: watch::Sender<u64>,
+    sync: SyncTracker,
+    shutdown: CancellationToken,
+) {
+    let api: Api<Node> = Api::all(client);
+    let mut config = watcher::Config::default();
+    if let Some(sel) = label_selector.filter(|s| !s.trim().is_empty()) {
+        config = config.labels(&sel);
+    }
+    let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+    let mut listed: HashSet<String> = HashSet::new();
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = stream.try_next() => n,
+        };
+        let event = match next {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "node watch failed; retrying");
+                continue;
+            }
+        };
+        {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            match event {
+                Event::Init => listed.clear(),
+                Event::InitApply(n) => {
+                    listed.insert(n.metadata.name.clone().unwrap_or_default());
+                    apply_node(&mut st, &n);
+                }
+                Event::InitDone => {
+                    st.retain_nodes(&listed);
+                    st.set_nodes_synced();
+                    tracing::info!(nodes = listed.len(), "node cache synced");
+                    listed.clear();
+                }
+                Event::Apply(n) => apply_node(&mut st, &n),
+                Event::Delete(n) => {
+                    let name = n.metadata.name.clone().unwrap_or_default();
+                    tracing::info!(node = %name, "node deleted");
+                    st.delete_node(&name);
+                }
+            }
+        }
+        sync.update();
+        changes.send_modify(|v| *v = v.wrapping_add(1));
+    }
+}
+
+fn apply_node(st: &mut SchedState, n: &Node) {
+    let name = n.metadata.name.as_deref().unwrap_or_default();
+    if let Some(issues) = st.apply_node(n) {
+        for i in issues {
+            tracing::warn!(node = %name, annotation = %i.annotation, error = %i.error, "node registration not usable");
+        }
+        let devices: usize = st
+            .node(name)
+            .map_or(0, |e| e.inventory.vendors.iter().map(|v| v.devices.len()).sum());
+        tracing::info!(node = %name, devices, "node registration read");
+    }
+}
+
+/// Streams every pod into the state until `shutdown`.
+pub async fn watch_pods(
+    client: Client,
+    state: Arc<Mutex<SchedState>>,
+    sync: SyncTracker,
+    shutdown: CancellationToken,
+) {
+    let api: Api<Pod> = Api::all(client);
+    let mut stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut listed: HashSet<String> = HashSet::new();
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            n = stream.try_next() => n,
+        };
+        let event = match next {
+            Ok(Some(e)) => e,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "pod watch failed; retrying");
+                continue;
+            }
+        };
+        let now = unix_now();
+        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        match event {
+            Event::Init => {
+                listed.clear();
+                st.begin_pod_relist();
+            }
+            Event::InitApply(p) => {
+                if let Some(uid) = &p.metadata.uid {
+                    listed.insert(uid.clone());
+                }
+                apply_pod(&mut st, &p, now);
+            }
+            Event::InitDone => {
+                st.retain_pods(&listed);
+                st.set_pods_synced();
+                tracing::info!(
+                    pods = listed.len(),
+                    holding = st.ledger().pod_count(),
+                    "pod cache synced"
+                );
+                listed.clear();
+                drop(st);
+                sync.update();
+            }
+            Event::Apply(p) => apply_pod(&mut st, &p, now),
+            Event::Delete(p) => {
+                if let Some(uid) = &p.metadata.uid {
+                    if st.holding_node(uid).is_some() {
+                        tracing::info!(
+                            pod = %pod_name(&p),
+                            "pod deleted; its GPUs are released"
+                        );
+                    }
+                    st.delete_pod(uid);
+                }
+            }
+        }
+    }
+}
+
+fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
+    let applied = st.apply_pod(p, now);
+    if let Some(e) = applied.error {
+        tracing::warn!(error = %e, "pod allocation annotations unreadable; the pod is not counted");
+    }
+    if let Some((bound, annotated)) = applied.bound_elsewhere {
+        tracing::warn!(pod = %pod_name(p), %bound, %annotated, "pod is bound to another node than its GPU assignment names; not counted");
+    }
+    if applied.report.unknown_node {
+        tracing::debug!(pod = %pod_name(p), "pod holds GPUs on a node not (yet) registered");
+    }
+    if !applied.report.unknown_devices.is_empty() {
+        tracing::warn!(pod = %pod_name(p), devices = ?applied.report.unknown_devices, "pod holds devices its node does not register");
+    }
+}
+
+fn pod_name(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or_default(),
+        p.metadata.name.as_deref().unwrap_or_default()
+    )
+}

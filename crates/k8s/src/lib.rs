@@ -1,0 +1,12 @@
+//! hami-k8s: the Kubernetes glue every hami-rs service shares.
+//!
+//! - [`client`]: finding the API server the standard way (in-cluster, else `KUBECONFIG`).
+//! - [`lock`]: HAMi's node lock (`hami.io/mutex.lock`) with owners, expiry, re-entrancy and
+//!   takeover of dangling locks, every write guarded by the node's resourceVersion.
+//! - [`patch`]: JSON merge patches of annotations, the only kind of write HAMi makes.
+//! - [`events`]: a non-blocking recorder of core/v1 Events.
+
+pub mod client;
+pub mod events;
+pub mod lock;
+pub mod patch;

@@ -1,0 +1,346 @@
+//! HAMi's node lock (reference §2.7): annotation `hami.io/mutex.lock` on the node, value
+//! `<RFC3339>,<namespace>,<pod>`, taken by the scheduler at Bind and released by the device
+//! plugin once the pod's devices are allocated (or by the scheduler when Bind fails).
+//!
+//! Every write carries the node's resourceVersion, so two lockers racing for one node
+//! cannot both win: the loser gets 409, re-reads and sees the winner. A lock is taken over
+//! when it expired, when its owner pod no longer exists or has finished allocating, and —
+//! unlike HAMi, where such a value blocks the node forever — when its value is malformed.
+
+use std::time::Duration;
+
+use chrono::{DateTime, FixedOffset, Utc};
+use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
+use hami_core::codec::{NodeLock, decode_node_lock, encode_node_lock, release_allowed};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::Api;
+
+use crate::patch::{MetadataPatch, is_conflict, is_not_found, patch_node};
+
+/// HAMi's default lock expiry.
+pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Conflicts (409) are retried at once with a fresh read, this many times.
+const CONFLICT_RETRIES: usize = 16;
+/// Other API errors are retried with backoff (100 ms, ×2), this many times.
+const ERROR_RETRIES: u32 = 5;
+
+/// Why a lock operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("node {node} is locked by pod {owner} since {since} (lock expires after {timeout:?})")]
+    Held {
+        node: String,
+        owner: String,
+        since: String,
+        timeout: Duration,
+    },
+    #[error("node {0} not found")]
+    NodeNotFound(String),
+    #[error("node {node}: lock still contended after {CONFLICT_RETRIES} conflicting writes")]
+    Contended { node: String },
+    #[error("node {node}: {source}")]
+    Api { node: String, source: kube::Error },
+}
+
+impl LockError {
+    /// True when another pod holds the lock (waiting may help).
+    pub fn is_held(&self) -> bool {
+        matches!(self, LockError::Held { .. } | LockError::Contended { .. })
+    }
+}
+
+/// How a lock was obtained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Acquired {
+    /// The node was free.
+    Taken,
+    /// The same pod already held it (multi-vendor pods and retried binds lock twice).
+    Reentered,
+    /// Someone else's lock was dropped first, for the reason given.
+    TookOver(Takeover),
+}
+
+/// Why a lock held by someone else was taken over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Takeover {
+    Expired {
+        owner: String,
+    },
+    /// The owner pod is gone, or has already been allocated (bind-phase success/failed).
+    Dangling {
+        owner: String,
+    },
+    /// The value does not decode: nobody can prove to own it.
+    Malformed {
+        value: String,
+    },
+}
+
+/// What a release did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Released {
+    Released,
+    /// There was no lock.
+    NotLocked,
+    /// The lock belongs to another pod and was left alone.
+    HeldByOther {
+        value: String,
+    },
+}
+
+/// The current lock of `node`, `None` when unlocked. A malformed value is an error.
+pub async fn current(client: &Client, node: &str) -> Result<Option<NodeLock>, CurrentError> {
+    let n = get_node(client, node).await.map_err(CurrentError::Lock)?;
+    match lock_value(&n) {
+        None => Ok(None),
+        Some(v) => decode_node_lock(v)
+            .map(Some)
+            .map_err(|e| CurrentError::Malformed {
+                node: node.to_string(),
+                error: e.to_string(),
+            }),
+    }
+}
+
+/// Why the current lock could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CurrentError {
+    #[error(transparent)]
+    Lock(LockError),
+    #[error("node {node}: malformed {NODE_LOCK} annotation: {error}")]
+    Malformed { node: String, error: String },
+}
+
+/// Takes the lock of `node` for pod `namespace/pod`, once: if another live pod holds a
+/// fresh lock this returns [`LockError::Held`] at once (callers wait and retry).
+pub async fn try_acquire(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    timeout: Duration,
+) -> Result<Acquired, LockError> {
+    let mut errors = 0;
+    for _ in 0..CONFLICT_RETRIES {
+        let n = match get_node(client, node).await {
+            Ok(n) => n,
+            Err(LockError::Api { source, .. }) if errors < ERROR_RETRIES => {
+                errors += 1;
+                backoff(errors, node, &source).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let how = match lock_value(&n) {
+            None => Acquired::Taken,
+            Some(value) => match judge(client, node, namespace, pod, value, timeout).await? {
+                Verdict::Mine => return Ok(Acquired::Reentered),
+                Verdict::Free(t) => Acquired::TookOver(t),
+                Verdict::Held(e) => return Err(e),
+            },
+        };
+        let now: DateTime<FixedOffset> = Utc::now().fixed_offset();
+        let value = encode_node_lock(&NodeLock::owned(now, namespace, pod));
+        let patch = MetadataPatch::new()
+            .annotate(NODE_LOCK, value)
+            .guarded_by(resource_version(&n));
+        match patch_node(client, node, &patch).await {
+            Ok(_) => {
+                if let Acquired::TookOver(t) = &how {
+                    tracing::warn!(%node, pod = %format!("{namespace}/{pod}"), takeover = ?t, "took over node lock");
+                }
+                return Ok(how);
+            }
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) if is_not_found(&e) => return Err(LockError::NodeNotFound(node.to_string())),
+            Err(source) if errors < ERROR_RETRIES => {
+                errors += 1;
+                backoff(errors, node, &source).await;
+            }
+            Err(source) => {
+                return Err(LockError::Api {
+                    node: node.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Err(LockError::Contended {
+        node: node.to_string(),
+    })
+}
+
+/// Releases the lock of `node` if pod `namespace/pod` holds it (or it is a legacy,
+/// owner-less value). A lock of another pod is left alone.
+pub async fn release(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+) -> Result<Released, LockError> {
+    release_if(client, node, |v| release_allowed(v, namespace, pod)).await
+}
+
+/// Releases whatever lock `node` has (used after deciding to take it over).
+pub async fn force_release(client: &Client, node: &str) -> Result<Released, LockError> {
+    release_if(client, node, |_| true).await
+}
+
+async fn release_if(
+    client: &Client,
+    node: &str,
+    allowed: impl Fn(&str) -> bool,
+) -> Result<Released, LockError> {
+    let mut errors = 0;
+    for _ in 0..CONFLICT_RETRIES {
+        let n = match get_node(client, node).await {
+            Ok(n) => n,
+            Err(LockError::NodeNotFound(_)) => return Ok(Released::NotLocked),
+            Err(LockError::Api { source, .. }) if errors < ERROR_RETRIES => {
+                errors += 1;
+                backoff(errors, node, &source).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(value) = lock_value(&n) else {
+            return Ok(Released::NotLocked);
+        };
+        if !allowed(value) {
+            return Ok(Released::HeldByOther {
+                value: value.to_string(),
+            });
+        }
+        let patch = MetadataPatch::new()
+            .remove_annotation(NODE_LOCK)
+            .guarded_by(resource_version(&n));
+        match patch_node(client, node, &patch).await {
+            Ok(_) => return Ok(Released::Released),
+            Err(e) if is_conflict(&e) => continue,
+            Err(e) if is_not_found(&e) => return Ok(Released::NotLocked),
+            Err(source) if errors < ERROR_RETRIES => {
+                errors += 1;
+                backoff(errors, node, &source).await;
+            }
+            Err(source) => {
+                return Err(LockError::Api {
+                    node: node.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Err(LockError::Contended {
+        node: node.to_string(),
+    })
+}
+
+enum Verdict {
+    Mine,
+    Free(Takeover),
+    Held(LockError),
+}
+
+/// Decides what an existing lock value means for pod `namespace/pod`.
+async fn judge(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    value: &str,
+    timeout: Duration,
+) -> Result<Verdict, LockError> {
+    let lock = match decode_node_lock(value) {
+        Ok(l) => l,
+        Err(_) => {
+            return Ok(Verdict::Free(Takeover::Malformed {
+                value: value.to_string(),
+            }));
+        }
+    };
+    if lock.is_owned_by(namespace, pod) {
+        return Ok(Verdict::Mine);
+    }
+    let owner = lock.owner.as_ref().map_or_else(
+        || "<unknown>".to_string(),
+        |o| format!("{}/{}", o.namespace, o.name),
+    );
+    if lock.is_expired(&Utc::now(), timeout) {
+        return Ok(Verdict::Free(Takeover::Expired { owner }));
+    }
+    if let Some(o) = &lock.owner {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &o.namespace);
+        match pods.get_opt(&o.name).await {
+            Ok(None) => return Ok(Verdict::Free(Takeover::Dangling { owner })),
+            Ok(Some(p)) if owner_done(&p, node) => {
+                return Ok(Verdict::Free(Takeover::Dangling { owner }));
+            }
+            Ok(Some(_)) => {}
+            Err(source) => {
+                return Err(LockError::Api {
+                    node: node.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(Verdict::Held(LockError::Held {
+        node: node.to_string(),
+        owner,
+        since: lock.acquired_at.to_rfc3339(),
+        timeout,
+    }))
+}
+
+/// An owner pod that no longer needs the lock: its allocation finished (the device plugin
+/// should have released it), it terminated or is being deleted, or it was bound elsewhere.
+fn owner_done(pod: &Pod, node: &str) -> bool {
+    let bound_elsewhere = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty() && n != node);
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let bind_phase = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BIND_PHASE))
+        .map(String::as_str);
+    matches!(phase, Some("Succeeded" | "Failed"))
+        || matches!(bind_phase, Some("success" | "failed"))
+        || pod.metadata.deletion_timestamp.is_some()
+        || bound_elsewhere
+}
+
+async fn get_node(client: &Client, node: &str) -> Result<Node, LockError> {
+    let api: Api<Node> = Api::all(client.clone());
+    match api.get_opt(node).await {
+        Ok(Some(n)) => Ok(n),
+        Ok(None) => Err(LockError::NodeNotFound(node.to_string())),
+        Err(source) => Err(LockError::Api {
+            node: node.to_string(),
+            source,
+        }),
+    }
+}
+
+fn lock_value(node: &Node) -> Option<&str> {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NODE_LOCK))
+        .map(String::as_str)
+}
+
+fn resource_version(node: &Node) -> String {
+    node.metadata.resource_version.clone().unwrap_or_default()
+}
+
+async fn backoff(attempt: u32, node: &str, error: &kube::Error) {
+    let delay = Duration::from_millis(100) * 2u32.saturating_pow(attempt.saturating_sub(1));
+    tracing::debug!(%node, %error, ?delay, "node lock: API error, retrying");
+    tokio::time::sleep(delay).await;
+}

@@ -1,0 +1,242 @@
+//! The node lock protocol against the API server emulator, through the real kube client.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
+use hami_k8s::lock::{self, Acquired, LockError, Released, Takeover};
+use hami_testkit::{ApiServer, Fault};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use kube::{Client, Config};
+use serde_json::json;
+
+const TIMEOUT: Duration = Duration::from_secs(300);
+
+async fn setup() -> (ApiServer, Client) {
+    let server = ApiServer::start().await.unwrap();
+    let client = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
+    let nodes: Api<Node> = Api::all(client.clone());
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    (server, client)
+}
+
+async fn create_pod(client: &Client, name: &str, annotations: serde_json::Value) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"containers": [{"name": "c", "image": "x"}]}
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+}
+
+async fn lock_value(client: &Client) -> Option<String> {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = nodes.get("n1").await.unwrap();
+    n.metadata
+        .annotations
+        .and_then(|a| a.get(NODE_LOCK).cloned())
+}
+
+async fn set_lock(client: &Client, value: &str) {
+    hami_k8s::patch::patch_node(
+        client,
+        "n1",
+        &hami_k8s::patch::MetadataPatch::new().annotate(NODE_LOCK, value),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn take_reenter_contend_release() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "a", json!({})).await;
+    create_pod(&client, "b", json!({})).await;
+
+    let got = lock::try_acquire(&client, "n1", "default", "a", TIMEOUT).await;
+    assert_eq!(got.unwrap(), Acquired::Taken);
+    let value = lock_value(&client).await.unwrap();
+    assert!(value.ends_with(",default,a"), "{value}");
+    let current = lock::current(&client, "n1").await.unwrap().unwrap();
+    assert!(current.is_owned_by("default", "a"));
+
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "a", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Reentered
+    );
+    let err = lock::try_acquire(&client, "n1", "default", "b", TIMEOUT)
+        .await
+        .unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.to_string().contains("default/a"), "{err}");
+
+    assert_eq!(
+        lock::release(&client, "n1", "default", "b").await.unwrap(),
+        Released::HeldByOther { value }
+    );
+    assert!(lock_value(&client).await.is_some());
+    assert_eq!(
+        lock::release(&client, "n1", "default", "a").await.unwrap(),
+        Released::Released
+    );
+    assert_eq!(lock_value(&client).await, None);
+    assert_eq!(
+        lock::release(&client, "n1", "default", "a").await.unwrap(),
+        Released::NotLocked
+    );
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "b", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Taken
+    );
+}
+
+#[tokio::test]
+async fn stale_locks_are_taken_over() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "live", json!({})).await;
+    create_pod(&client, "done", json!({BIND_PHASE: "success"})).await;
+    create_pod(&client, "me", json!({})).await;
+
+    // Expired, although its owner is alive.
+    set_lock(&client, "2020-01-01T00:00:00Z,default,live").await;
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Expired {
+            owner: "default/live".into()
+        })
+    );
+
+    // Fresh, but its owner no longer exists.
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    set_lock(&client, &format!("{now},default,gone")).await;
+    assert!(matches!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT).await,
+        Ok(Acquired::TookOver(Takeover::Dangling { .. }))
+    ));
+
+    // Fresh, but its owner was already allocated.
+    set_lock(&client, &format!("{now},default,done")).await;
+    assert!(matches!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT).await,
+        Ok(Acquired::TookOver(Takeover::Dangling { .. }))
+    ));
+
+    // Garbage that nobody can own (HAMi blocks the node forever on this).
+    set_lock(&client, "not a lock,at,all,really").await;
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Malformed {
+            value: "not a lock,at,all,really".into()
+        })
+    );
+    assert!(lock_value(&client).await.unwrap().ends_with(",default,me"));
+
+    // A fresh lock of a live pod is respected.
+    set_lock(&client, &format!("{now},default,live")).await;
+    assert!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+}
+
+#[tokio::test]
+async fn legacy_owner_less_lock_blocks_until_expiry_but_anyone_may_release_it() {
+    let (_server, client) = setup().await;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    set_lock(&client, &now).await;
+    assert!(
+        lock::try_acquire(&client, "n1", "default", "p", TIMEOUT)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+    // The same value is expired under a shorter timeout.
+    let past = (chrono::Utc::now() - chrono::TimeDelta::seconds(5))
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    set_lock(&client, &past).await;
+    assert!(matches!(
+        lock::try_acquire(&client, "n1", "default", "p", Duration::from_secs(2)).await,
+        Ok(Acquired::TookOver(Takeover::Expired { owner })) if owner == "<unknown>"
+    ));
+    set_lock(&client, &now).await;
+    assert_eq!(
+        lock::release(&client, "n1", "default", "x").await.unwrap(),
+        Released::Released
+    );
+}
+
+#[tokio::test]
+async fn concurrent_lockers_exactly_one_wins() {
+    let (_server, client) = setup().await;
+    for i in 0..12 {
+        create_pod(&client, &format!("p{i}"), json!({})).await;
+    }
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                lock::try_acquire(&client, "n1", "default", &format!("p{i}"), TIMEOUT).await
+            })
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for (i, t) in tasks.into_iter().enumerate() {
+        match t.await.unwrap() {
+            Ok(a) => {
+                assert_eq!(a, Acquired::Taken);
+                winners.push(i);
+            }
+            Err(e) => assert!(e.is_held(), "{e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "winners: {winners:?}");
+    let value = lock_value(&client).await.unwrap();
+    assert!(value.ends_with(&format!(",default,p{}", winners[0])));
+}
+
+#[tokio::test]
+async fn api_errors_are_retried_and_missing_nodes_reported() {
+    let (server, client) = setup().await;
+    create_pod(&client, "a", json!({})).await;
+    server
+        .faults()
+        .set_error_rate("patch", 0.5, Fault::InternalError);
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "a", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Taken
+    );
+    assert_eq!(
+        lock::release(&client, "n1", "default", "a").await.unwrap(),
+        Released::Released
+    );
+    server.faults().clear();
+    assert!(matches!(
+        lock::try_acquire(&client, "nope", "default", "a", TIMEOUT).await,
+        Err(LockError::NodeNotFound(n)) if n == "nope"
+    ));
+    assert_eq!(
+        lock::release(&client, "nope", "default", "a")
+            .await
+            .unwrap(),
+        Released::NotLocked
+    );
+}
