@@ -45,7 +45,7 @@ pub struct DeviceFilter {
 
 impl DeviceFilter {
     pub fn excludes(&self, device: &PhysicalDevice) -> bool {
-        self.uuids.iter().any(|u| *u == device.uuid) || self.indexes.contains(&device.index)
+        self.uuids.contains(&device.uuid) || self.indexes.contains(&device.index)
     }
 }
 
