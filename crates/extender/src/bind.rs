@@ -56,12 +56,8 @@ impl Extender {
             }
             Err(f) => {
                 tracing::warn!(%pod, node = %args.node, error = %f.message, "bind: failed");
-                self.events.record(
-                    subject,
-                    EventType::Warning,
-                    "BindingFailed",
-                    f.message.clone(),
-                );
+                self.events
+                    .record(subject, EventType::Warning, "BindingFailed", f.message.clone());
                 self.metrics.error("bind", f.reason);
                 self.metrics.bind_done("error", started.elapsed());
                 ExtenderBindingResult { error: f.message }
@@ -88,9 +84,7 @@ impl Extender {
             Some(other) => {
                 return Err(fail(
                     "wrong_node",
-                    format!(
-                        "pod {ns}/{name} was placed on node {other} by /filter, not on {node}; it must be filtered again"
-                    ),
+                    format!("pod {ns}/{name} was placed on node {other} by /filter, not on {node}; it must be filtered again"),
                 ));
             }
             None => return self.bind_unreserved(ns, name, uid, node).await,
@@ -115,33 +109,18 @@ impl Extender {
     }
 
     /// Marks the pod and creates the Binding, with the node lock held.
-    async fn bind_locked(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: &str,
-        node: &str,
-    ) -> Result<(), BindFailure> {
+    async fn bind_locked(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
         let phase = MetadataPatch::new()
             .annotate(keys::BIND_PHASE, "allocating")
             .annotate(keys::BIND_TIME, unix_now().to_string());
         if let Err(e) = patch_pod(&self.client, ns, name, &phase).await {
             let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
-            return Err(fail(
-                reason,
-                format!("could not mark pod {ns}/{name} allocating: {e}"),
-            ));
+            return Err(fail(reason, format!("could not mark pod {ns}/{name} allocating: {e}")));
         }
         self.create_binding(ns, name, uid, node).await
     }
 
-    async fn create_binding(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: &str,
-        node: &str,
-    ) -> Result<(), BindFailure> {
+    async fn create_binding(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
         let mut metadata = json!({"name": name, "namespace": ns});
         if !uid.is_empty() {
             metadata["uid"] = json!(uid);
@@ -153,33 +132,19 @@ impl Extender {
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}
         });
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        pods.create_subresource::<_, serde_json::Value>(
-            "binding",
-            name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
-            fail(
-                reason,
-                format!("could not bind pod {ns}/{name} to {node}: {e}"),
-            )
-        })
+        pods.create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
+                fail(reason, format!("could not bind pod {ns}/{name} to {node}: {e}"))
+            })
     }
 
     /// A pod without a reservation: fine if it asks for no managed device (kube-scheduler
     /// sends every pod of the profile when no managedResources are configured),
     /// otherwise it must pass /filter first.
-    async fn bind_unreserved(
-        &self,
-        ns: &str,
-        name: &str,
-        uid: &str,
-        node: &str,
-    ) -> Result<(), BindFailure> {
+    async fn bind_unreserved(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let pod = match pods.get_opt(name).await {
             Ok(Some(p)) => p,
@@ -212,8 +177,7 @@ impl Extender {
         let Some(mut rx) = pending else {
             return Ok(());
         };
-        let waited =
-            tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
+        let waited = tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
         let state = match waited {
             Ok(Ok(s)) => s.clone(),
             Ok(Err(_)) => WriteState::Failed("annotation writer stopped".into()),
@@ -226,51 +190,30 @@ impl Extender {
                     WriteState::Failed(e) => e,
                     _ => "unknown".into(),
                 };
-                Err(fail(
-                    "annotate_failed",
-                    format!(
-                        "pod {ns}/{name} could not be annotated with its GPU assignment: {why}"
-                    ),
-                ))
+                Err(fail("annotate_failed", format!("pod {ns}/{name} could not be annotated with its GPU assignment: {why}")))
             }
         }
     }
 
     /// Takes the node lock, waiting (bounded) while another live pod holds it. Binds
     /// onto one node queue here in arrival order, so only the first polls the API.
-    async fn acquire_node_lock(
-        &self,
-        node: &str,
-        ns: &str,
-        name: &str,
-    ) -> Result<Option<Acquired>, BindFailure> {
+    async fn acquire_node_lock(&self, node: &str, ns: &str, name: &str) -> Result<Option<Acquired>, BindFailure> {
         let started = Instant::now();
         let deadline = started + self.settings.node_lock_wait;
         let queue = self.node_queue(node);
         let _turn = match tokio::time::timeout_at(deadline.into(), queue.lock()).await {
             Ok(g) => g,
             Err(_) => {
-                return Err(fail(
-                    "lock_timeout",
-                    format!(
-                        "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
-                        self.settings.node_lock_wait.as_secs()
-                    ),
-                ));
+                return Err(fail("lock_timeout", format!(
+                    "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
+                    self.settings.node_lock_wait.as_secs()
+                )));
             }
         };
         let mut delay = Duration::from_millis(20);
         let mut changes = self.node_changes.subscribe();
         loop {
-            match lock::try_acquire(
-                &self.client,
-                node,
-                ns,
-                name,
-                self.settings.node_lock_timeout,
-            )
-            .await
-            {
+            match lock::try_acquire(&self.client, node, ns, name, self.settings.node_lock_timeout).await {
                 Ok(a) => {
                     let waited = started.elapsed();
                     if waited > Duration::from_millis(1) {
@@ -281,13 +224,7 @@ impl Extender {
                 Err(e @ LockError::Held { .. }) | Err(e @ LockError::Contended { .. }) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return Err(fail(
-                            "lock_timeout",
-                            format!(
-                                "{e}; gave up after waiting {}s (--node-lock-wait)",
-                                self.settings.node_lock_wait.as_secs()
-                            ),
-                        ));
+                        return Err(fail("lock_timeout", format!("{e}; gave up after waiting {}s (--node-lock-wait)", self.settings.node_lock_wait.as_secs())));
                     }
                     // Wake on any node change (the device plugin releasing the lock) or
                     // on the poll timer, whichever comes first.

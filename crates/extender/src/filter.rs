@@ -121,8 +121,7 @@ impl Extender {
         let Some((node, annotations)) = decision else {
             let summary = failure_summary(&placement.failed);
             tracing::info!(pod = %format!("{namespace}/{name}"), reasons = %summary, "filter: no node fits");
-            self.events
-                .record(subject, EventType::Warning, "FilteringFailed", summary);
+            self.events.record(subject, EventType::Warning, "FilteringFailed", summary);
             let result = ExtenderFilterResult {
                 failed_nodes: Some(placement.failed),
                 ..ExtenderFilterResult::default()
@@ -261,17 +260,8 @@ pub fn failure_summary(failed: &BTreeMap<String, String>) -> String {
     for (i, (reason, nodes)) in by_reason.iter().enumerate() {
         out.push_str(if i == 0 { ": " } else { "; " });
         let shown: Vec<&str> = nodes.iter().take(EVENT_NODES).copied().collect();
-        let more = if nodes.len() > EVENT_NODES {
-            ",..."
-        } else {
-            ""
-        };
-        let _ = write!(
-            out,
-            "{} nodes {reason}({}{more})",
-            nodes.len(),
-            shown.join(",")
-        );
+        let more = if nodes.len() > EVENT_NODES { ",..." } else { "" };
+        let _ = write!(out, "{} nodes {reason}({}{more})", nodes.len(), shown.join(","));
     }
     out
 }
@@ -283,10 +273,7 @@ mod tests {
     #[test]
     fn summary_groups_nodes_by_reason() {
         let failed = BTreeMap::from([
-            (
-                "n1".to_string(),
-                "1/2 CardInsufficientMemory, 1/2 CardNotHealth".to_string(),
-            ),
+            ("n1".to_string(), "1/2 CardInsufficientMemory, 1/2 CardNotHealth".to_string()),
             ("n2".to_string(), "2/2 CardInsufficientMemory".to_string()),
             ("n3".to_string(), "node unregistered".to_string()),
         ]);
@@ -299,14 +286,10 @@ mod tests {
 
     #[test]
     fn success_message_is_hamis_and_bounded() {
-        let scores: BTreeMap<String, f32> = (0..12)
-            .map(|i| (format!("n{i:02}"), i as f32 / 3.0))
-            .collect();
+        let scores: BTreeMap<String, f32> =
+            (0..12).map(|i| (format!("n{i:02}"), i as f32 / 3.0)).collect();
         let msg = success_message("n11", &BTreeMap::new(), &scores);
-        assert!(
-            msg.starts_with("find fit node(n11), 0 nodes not fit, 12 nodes fit(n00:0.00,n01:0.33,"),
-            "{msg}"
-        );
+        assert!(msg.starts_with("find fit node(n11), 0 nodes not fit, 12 nodes fit(n00:0.00,n01:0.33,"), "{msg}");
         assert!(msg.ends_with(",...)"), "{msg}");
     }
 }

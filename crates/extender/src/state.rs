@@ -56,7 +56,9 @@ impl Signature {
         let node = annotations.get(keys::VGPU_NODE).filter(|n| !n.is_empty())?;
         let mut s = format!(
             "{node}\n{}",
-            annotations.get(keys::VGPU_TIME).map_or("", String::as_str)
+            annotations
+                .get(keys::VGPU_TIME)
+                .map_or("", String::as_str)
         );
         for v in registry.vendors() {
             s.push('\n');
@@ -186,11 +188,7 @@ impl SchedState {
             .filter(|(k, _)| {
                 *k == keys::DEVICE_CORDON
                     || *k == keys::NVIDIA_NODE_SCORE
-                    || self
-                        .registry
-                        .vendors()
-                        .iter()
-                        .any(|v| v.register_annotation() == *k)
+                    || self.registry.vendors().iter().any(|v| v.register_annotation() == *k)
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -261,12 +259,7 @@ impl SchedState {
 
     /// Marks a vendor's devices on a node usable (`None`) or not (with the reason).
     /// Returns true when that changed.
-    pub fn set_vendor_health(
-        &mut self,
-        node: &str,
-        vendor: &str,
-        unhealthy: Option<String>,
-    ) -> bool {
+    pub fn set_vendor_health(&mut self, node: &str, vendor: &str, unhealthy: Option<String>) -> bool {
         let Some(entry) = self.nodes.get_mut(node) else {
             return false;
         };
@@ -307,10 +300,7 @@ impl SchedState {
             return format!("{vendor} devices unavailable: {why}");
         }
         if let Some(issue) = entry.issues.first() {
-            return format!(
-                "node unregistered: {} is invalid: {}",
-                issue.annotation, issue.error
-            );
+            return format!("node unregistered: {} is invalid: {}", issue.annotation, issue.error);
         }
         hami_core::reason::NODE_UNREGISTERED.to_string()
     }
@@ -378,8 +368,8 @@ impl SchedState {
             _ => false,
         };
         if !keep_reservation {
-            let suppressed =
-                entry.bound.is_none() && sig.as_ref().is_some_and(|s| entry.abandoned.contains(s));
+            let suppressed = entry.bound.is_none()
+                && sig.as_ref().is_some_and(|s| entry.abandoned.contains(s));
             entry.holding = if suppressed {
                 Holding::None
             } else {
@@ -435,8 +425,7 @@ impl SchedState {
                 Some(b) if *b == record.node => (Some(record), false),
                 Some(_) => (None, false),
                 None => {
-                    let fresh =
-                        vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
+                    let fresh = vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
                     (fresh.then_some(record), true)
                 }
             },
@@ -482,16 +471,13 @@ impl SchedState {
         let record = PodRecord::from_devices(uid, namespace, name, node, devices, kinds);
         let sig = Signature::of(annotations, &self.registry)
             .unwrap_or_else(|| Signature(format!("{node}\n{now}")));
-        let entry = self
-            .pods
-            .entry(uid.to_string())
-            .or_insert_with(|| PodEntry {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                bound: None,
-                holding: Holding::None,
-                abandoned: Vec::new(),
-            });
+        let entry = self.pods.entry(uid.to_string()).or_insert_with(|| PodEntry {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            bound: None,
+            holding: Holding::None,
+            abandoned: Vec::new(),
+        });
         entry.abandoned.retain(|s| *s != sig);
         entry.holding = Holding::Reserved {
             sig,
