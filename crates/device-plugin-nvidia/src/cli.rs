@@ -158,26 +158,48 @@ pub struct DiscoverArgs {
     pub config: ConfigArgs,
 }
 
-/// `500ms`, `30s`, `5m`, `1h`, or plain seconds.
+/// A Go-style duration (`500ms`, `30s`, `1m30s`, `1.5h`) or plain seconds (`30`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 500ms, 30s, 5m)"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?} (use ms, s, m or h)"
-            ));
-        }
-    };
-    Ok(d)
+    let bad = || format!("{text:?} is not a duration (e.g. 500ms, 30s, 1m30s)");
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t.parse().map(Duration::from_secs).map_err(|_| bad());
+    }
+    let mut rest = t;
+    let mut nanos = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let n_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(n_end);
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let u_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(u_end);
+        let scale = match unit {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => {
+                return Err(format!(
+                    "{text:?}: unknown unit {unit:?} (use ns, us, ms, s, m or h)"
+                ));
+            }
+        };
+        nanos += value * scale;
+        rest = tail;
+    }
+    if !nanos.is_finite() || nanos >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(Duration::from_nanos(nanos as u64))
 }
 
 #[cfg(test)]
@@ -196,9 +218,12 @@ mod tests {
         assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
         assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert!(parse_duration("1.5s").is_err());
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("s").is_err());
+        assert!(parse_duration("").is_err());
         assert!(parse_duration("3d").is_err());
+        assert!(parse_duration("1..2s").is_err());
     }
 
     #[test]

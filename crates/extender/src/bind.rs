@@ -56,8 +56,12 @@ impl Extender {
             }
             Err(f) => {
                 tracing::warn!(%pod, node = %args.node, error = %f.message, "bind: failed");
-                self.events
-                    .record(subject, EventType::Warning, "BindingFailed", f.message.clone());
+                self.events.record(
+                    subject,
+                    EventType::Warning,
+                    "BindingFailed",
+                    f.message.clone(),
+                );
                 self.metrics.error("bind", f.reason);
                 self.metrics.bind_done("error", started.elapsed());
                 ExtenderBindingResult { error: f.message }
@@ -79,48 +83,92 @@ impl Extender {
             args.pod_uid.as_str(),
         );
         let held = self.lock_state().holding_node(uid).map(str::to_string);
+        tracing::trace!(%uid, ?held, "bind start");
         match held.as_deref() {
             Some(n) if n == node => {}
             Some(other) => {
                 return Err(fail(
                     "wrong_node",
-                    format!("pod {ns}/{name} was placed on node {other} by /filter, not on {node}; it must be filtered again"),
+                    format!(
+                        "pod {ns}/{name} was placed on node {other} by /filter, not on {node}; it must be filtered again"
+                    ),
                 ));
             }
-            None => return self.bind_unreserved(ns, name, uid, node).await,
-        }
-        let took = match self.await_write(uid, ns, name).await {
-            Ok(()) => self.acquire_node_lock(node, ns, name).await,
-            Err(f) => Err(f),
-        };
-        let took = took.inspect_err(|_| {
-            self.lock_state().abandon(uid, unix_now());
-        })?;
-        let bound = self.bind_locked(ns, name, uid, node).await;
-        if let Err(f) = bound {
-            if took != Some(Acquired::Reentered) {
-                self.release_lock(node, ns, name).await;
+            None => {
+                self.await_write(uid, ns, name).await?;
+                return self.bind_unreserved(ns, name, uid, node).await;
             }
-            self.lock_state().abandon(uid, unix_now());
-            return Err(f);
         }
-        self.lock_state().note_bound(uid, node, unix_now());
-        Ok(())
+        self.lock_state().set_binding(uid, true, unix_now());
+        let result = self.bind_reserved(ns, name, uid, node).await;
+        let mut st = self.lock_state();
+        let now = unix_now();
+        match &result {
+            Ok(()) => st.note_bound(uid, node, now),
+            Err(_) => {
+                st.abandon(uid, now);
+            }
+        }
+        st.set_binding(uid, false, now);
+        result
+    }
+
+    /// Binds a pod whose devices are held on `node` (and pinned against expiry).
+    async fn bind_reserved(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), BindFailure> {
+        self.await_write(uid, ns, name).await?;
+        let took = self.acquire_node_lock(node, ns, name).await?;
+        // The hold may have ended while waiting (the pod was deleted or filtered again).
+        let still = self.lock_state().holding_node(uid) == Some(node);
+        let bound = if still {
+            self.bind_locked(ns, name, uid, node).await
+        } else {
+            Err(fail(
+                "reservation_lost",
+                format!(
+                    "pod {ns}/{name} no longer holds GPUs on {node} (deleted or filtered again while waiting for the node lock)"
+                ),
+            ))
+        };
+        if bound.is_err() && took != Some(Acquired::Reentered) {
+            self.release_lock(node, ns, name).await;
+        }
+        bound
     }
 
     /// Marks the pod and creates the Binding, with the node lock held.
-    async fn bind_locked(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
+    async fn bind_locked(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), BindFailure> {
         let phase = MetadataPatch::new()
             .annotate(keys::BIND_PHASE, "allocating")
             .annotate(keys::BIND_TIME, unix_now().to_string());
         if let Err(e) = patch_pod(&self.client, ns, name, &phase).await {
             let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
-            return Err(fail(reason, format!("could not mark pod {ns}/{name} allocating: {e}")));
+            return Err(fail(
+                reason,
+                format!("could not mark pod {ns}/{name} allocating: {e}"),
+            ));
         }
         self.create_binding(ns, name, uid, node).await
     }
 
-    async fn create_binding(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
+    async fn create_binding(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), BindFailure> {
         let mut metadata = json!({"name": name, "namespace": ns});
         if !uid.is_empty() {
             metadata["uid"] = json!(uid);
@@ -132,19 +180,33 @@ impl Extender {
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}
         });
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        pods.create_subresource::<_, serde_json::Value>("binding", name, &PostParams::default(), &binding)
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
-                fail(reason, format!("could not bind pod {ns}/{name} to {node}: {e}"))
-            })
+        pods.create_subresource::<_, serde_json::Value>(
+            "binding",
+            name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
+            fail(
+                reason,
+                format!("could not bind pod {ns}/{name} to {node}: {e}"),
+            )
+        })
     }
 
     /// A pod without a reservation: fine if it asks for no managed device (kube-scheduler
     /// sends every pod of the profile when no managedResources are configured),
     /// otherwise it must pass /filter first.
-    async fn bind_unreserved(&self, ns: &str, name: &str, uid: &str, node: &str) -> Result<(), BindFailure> {
+    async fn bind_unreserved(
+        &self,
+        ns: &str,
+        name: &str,
+        uid: &str,
+        node: &str,
+    ) -> Result<(), BindFailure> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let pod = match pods.get_opt(name).await {
             Ok(Some(p)) => p,
@@ -177,12 +239,24 @@ impl Extender {
         let Some(mut rx) = pending else {
             return Ok(());
         };
-        let waited = tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
-        let state = match waited {
-            Ok(Ok(s)) => s.clone(),
-            Ok(Err(_)) => WriteState::Failed("annotation writer stopped".into()),
-            Err(_) => WriteState::Failed(format!("still pending after {}s", WRITE_WAIT.as_secs())),
+        let state = {
+            let waited =
+                tokio::time::timeout(WRITE_WAIT, rx.wait_for(|s| *s != WriteState::Pending)).await;
+            match waited {
+                Ok(Ok(s)) => s.clone(),
+                Ok(Err(_)) => WriteState::Failed("annotation writer stopped".into()),
+                Err(_) => {
+                    WriteState::Failed(format!("still pending after {}s", WRITE_WAIT.as_secs()))
+                }
+            }
         };
+        if state != WriteState::Written {
+            // Reported once; a new /filter starts a new write.
+            let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+            if writes.get(uid).is_some_and(|r| r.same_channel(&rx)) {
+                writes.remove(uid);
+            }
+        }
         match state {
             WriteState::Written => Ok(()),
             WriteState::Pending | WriteState::Failed(_) => {
@@ -190,44 +264,72 @@ impl Extender {
                     WriteState::Failed(e) => e,
                     _ => "unknown".into(),
                 };
-                Err(fail("annotate_failed", format!("pod {ns}/{name} could not be annotated with its GPU assignment: {why}")))
+                Err(fail(
+                    "annotate_failed",
+                    format!(
+                        "pod {ns}/{name} could not be annotated with its GPU assignment: {why}"
+                    ),
+                ))
             }
         }
     }
 
     /// Takes the node lock, waiting (bounded) while another live pod holds it. Binds
     /// onto one node queue here in arrival order, so only the first polls the API.
-    async fn acquire_node_lock(&self, node: &str, ns: &str, name: &str) -> Result<Option<Acquired>, BindFailure> {
+    async fn acquire_node_lock(
+        &self,
+        node: &str,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<Acquired>, BindFailure> {
         let started = Instant::now();
         let deadline = started + self.settings.node_lock_wait;
         let queue = self.node_queue(node);
         let _turn = match tokio::time::timeout_at(deadline.into(), queue.lock()).await {
             Ok(g) => g,
             Err(_) => {
-                return Err(fail("lock_timeout", format!(
-                    "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
-                    self.settings.node_lock_wait.as_secs()
-                )));
+                return Err(fail(
+                    "lock_timeout",
+                    format!(
+                        "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
+                        self.settings.node_lock_wait.as_secs()
+                    ),
+                ));
             }
         };
         let mut delay = Duration::from_millis(20);
         let mut changes = self.node_changes.subscribe();
+        let mut waited = false;
         loop {
-            match lock::try_acquire(&self.client, node, ns, name, self.settings.node_lock_timeout).await {
+            match lock::try_acquire(
+                &self.client,
+                node,
+                ns,
+                name,
+                self.settings.node_lock_timeout,
+            )
+            .await
+            {
                 Ok(a) => {
-                    let waited = started.elapsed();
-                    if waited > Duration::from_millis(1) {
-                        self.metrics.lock_waited(waited);
+                    if waited {
+                        self.metrics.lock_waited(started.elapsed());
                     }
                     return Ok(Some(a));
                 }
                 Err(e @ LockError::Held { .. }) | Err(e @ LockError::Contended { .. }) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        return Err(fail("lock_timeout", format!("{e}; gave up after waiting {}s (--node-lock-wait)", self.settings.node_lock_wait.as_secs())));
+                        return Err(fail(
+                            "lock_timeout",
+                            format!(
+                                "{e}; gave up after waiting {}s (--node-lock-wait)",
+                                self.settings.node_lock_wait.as_secs()
+                            ),
+                        ));
                     }
                     // Wake on any node change (the device plugin releasing the lock) or
                     // on the poll timer, whichever comes first.
+                    waited = true;
                     let wait = delay.min(deadline - now);
                     let _ = tokio::time::timeout(wait, changes.changed()).await;
                     delay = (delay * 2).min(LOCK_POLL_MAX);

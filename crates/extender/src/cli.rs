@@ -96,7 +96,8 @@ pub struct Cli {
 
     /// Follow kube-scheduler's leader election: only the replica whose kube-scheduler
     /// holds the Lease writes node handshakes.
-    #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = ArgAction::Set)]
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set)]
     pub leader_elect: bool,
 
     /// Name of kube-scheduler's Lease (default: the scheduler name).
@@ -163,6 +164,17 @@ mod tests {
             "--leader-elect=true",
         ])
         .unwrap();
+        assert!(
+            Cli::try_parse_from(["x", "--leader-elect"])
+                .unwrap()
+                .leader_elect
+        );
+        assert!(
+            !Cli::try_parse_from(["x", "--leader-elect=false"])
+                .unwrap()
+                .leader_elect
+        );
+        assert!(!Cli::try_parse_from(["x"]).unwrap().leader_elect);
         assert_eq!(cli.http_bind.port(), 443);
         assert_eq!(cli.node_scheduler_policy, NodePolicy::Spread);
         assert_eq!(cli.node_lock_timeout, Duration::from_secs(90));

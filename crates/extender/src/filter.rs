@@ -121,7 +121,8 @@ impl Extender {
         let Some((node, annotations)) = decision else {
             let summary = failure_summary(&placement.failed);
             tracing::info!(pod = %format!("{namespace}/{name}"), reasons = %summary, "filter: no node fits");
-            self.events.record(subject, EventType::Warning, "FilteringFailed", summary);
+            self.events
+                .record(subject, EventType::Warning, "FilteringFailed", summary);
             let result = ExtenderFilterResult {
                 failed_nodes: Some(placement.failed),
                 ..ExtenderFilterResult::default()
@@ -207,11 +208,15 @@ impl Extender {
                     WriteState::Failed(e.to_string())
                 }
             };
+            let written = outcome == WriteState::Written;
             let _ = tx.send(outcome);
-            // Forget the finished write unless a newer one replaced it.
-            let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
-            if writes.get(&uid).is_some_and(|r| r.same_channel(&rx)) {
-                writes.remove(&uid);
+            // Forget a finished write unless a newer one replaced it; a failure stays
+            // for /bind to report.
+            if written {
+                let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
+                if writes.get(&uid).is_some_and(|r| r.same_channel(&rx)) {
+                    writes.remove(&uid);
+                }
             }
         });
     }
@@ -260,8 +265,17 @@ pub fn failure_summary(failed: &BTreeMap<String, String>) -> String {
     for (i, (reason, nodes)) in by_reason.iter().enumerate() {
         out.push_str(if i == 0 { ": " } else { "; " });
         let shown: Vec<&str> = nodes.iter().take(EVENT_NODES).copied().collect();
-        let more = if nodes.len() > EVENT_NODES { ",..." } else { "" };
-        let _ = write!(out, "{} nodes {reason}({}{more})", nodes.len(), shown.join(","));
+        let more = if nodes.len() > EVENT_NODES {
+            ",..."
+        } else {
+            ""
+        };
+        let _ = write!(
+            out,
+            "{} nodes {reason}({}{more})",
+            nodes.len(),
+            shown.join(",")
+        );
     }
     out
 }
@@ -273,7 +287,10 @@ mod tests {
     #[test]
     fn summary_groups_nodes_by_reason() {
         let failed = BTreeMap::from([
-            ("n1".to_string(), "1/2 CardInsufficientMemory, 1/2 CardNotHealth".to_string()),
+            (
+                "n1".to_string(),
+                "1/2 CardInsufficientMemory, 1/2 CardNotHealth".to_string(),
+            ),
             ("n2".to_string(), "2/2 CardInsufficientMemory".to_string()),
             ("n3".to_string(), "node unregistered".to_string()),
         ]);
@@ -286,10 +303,14 @@ mod tests {
 
     #[test]
     fn success_message_is_hamis_and_bounded() {
-        let scores: BTreeMap<String, f32> =
-            (0..12).map(|i| (format!("n{i:02}"), i as f32 / 3.0)).collect();
+        let scores: BTreeMap<String, f32> = (0..12)
+            .map(|i| (format!("n{i:02}"), i as f32 / 3.0))
+            .collect();
         let msg = success_message("n11", &BTreeMap::new(), &scores);
-        assert!(msg.starts_with("find fit node(n11), 0 nodes not fit, 12 nodes fit(n00:0.00,n01:0.33,"), "{msg}");
+        assert!(
+            msg.starts_with("find fit node(n11), 0 nodes not fit, 12 nodes fit(n00:0.00,n01:0.33,"),
+            "{msg}"
+        );
         assert!(msg.ends_with(",...)"), "{msg}");
     }
 }

@@ -91,8 +91,20 @@ mod tests {
 
     #[test]
     fn allocatable_devices_mean_alive_whatever_the_handshake() {
-        let v = judge(Some("Requesting_2020-01-01 00:00:00"), Some(8), "nvidia.com/gpu", t("2026-01-01 00:00:00"), MIN);
-        assert_eq!(v, Verdict { unhealthy: None, write: None });
+        let v = judge(
+            Some("Requesting_2020-01-01 00:00:00"),
+            Some(8),
+            "nvidia.com/gpu",
+            t("2026-01-01 00:00:00"),
+            MIN,
+        );
+        assert_eq!(
+            v,
+            Verdict {
+                unhealthy: None,
+                write: None
+            }
+        );
     }
 
     #[test]
@@ -103,17 +115,44 @@ mod tests {
         assert_eq!(v.unhealthy, None);
         assert_eq!(v.write.as_deref(), Some("Requesting_2026-01-01 10:00:00"));
         // Within the timeout: wait.
-        let v = judge(Some("Requesting_2026-01-01 09:59:30"), Some(0), "nvidia.com/gpu", now, MIN);
-        assert_eq!(v, Verdict { unhealthy: None, write: None });
+        let v = judge(
+            Some("Requesting_2026-01-01 09:59:30"),
+            Some(0),
+            "nvidia.com/gpu",
+            now,
+            MIN,
+        );
+        assert_eq!(
+            v,
+            Verdict {
+                unhealthy: None,
+                write: None
+            }
+        );
         // Answered: ask again (the plugin proved it is alive).
-        let v = judge(Some("Reported 2026-01-01 09:59:59"), None, "nvidia.com/gpu", now, MIN);
+        let v = judge(
+            Some("Reported 2026-01-01 09:59:59"),
+            None,
+            "nvidia.com/gpu",
+            now,
+            MIN,
+        );
         assert_eq!(v.unhealthy, None);
         assert!(v.write.is_some());
         // Expired: out, and the request stays (no flapping back in).
-        let v = judge(Some("Requesting_2026-01-01 09:58:00"), Some(0), "nvidia.com/gpu", now, MIN);
+        let v = judge(
+            Some("Requesting_2026-01-01 09:58:00"),
+            Some(0),
+            "nvidia.com/gpu",
+            now,
+            MIN,
+        );
         assert_eq!(v.write, None);
         let why = v.unhealthy.unwrap();
-        assert!(why.contains("09:58:00") && why.contains("allocatable nvidia.com/gpu is 0"), "{why}");
+        assert!(
+            why.contains("09:58:00") && why.contains("allocatable nvidia.com/gpu is 0"),
+            "{why}"
+        );
         // Unreadable request time: probe again.
         let v = judge(Some("Requesting_garbage"), None, "nvidia.com/gpu", now, MIN);
         assert_eq!(v.unhealthy, None);

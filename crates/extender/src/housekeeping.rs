@@ -79,11 +79,21 @@ impl Registry {
                 match t.unhealthy {
                     Some(why) => {
                         tracing::warn!(node = %t.node, vendor = %t.vendor, reason = %why, "node devices taken out of scheduling");
-                        self.events.record(subject, EventType::Warning, "DevicePluginNotReporting", format!("{} devices are not scheduled: {why}", t.vendor));
+                        self.events.record(
+                            subject,
+                            EventType::Warning,
+                            "DevicePluginNotReporting",
+                            format!("{} devices are not scheduled: {why}", t.vendor),
+                        );
                     }
                     None => {
                         tracing::info!(node = %t.node, vendor = %t.vendor, "node devices back in scheduling");
-                        self.events.record(subject, EventType::Normal, "DevicePluginReporting", format!("{} devices are scheduled again", t.vendor));
+                        self.events.record(
+                            subject,
+                            EventType::Normal,
+                            "DevicePluginReporting",
+                            format!("{} devices are scheduled again", t.vendor),
+                        );
                     }
                 }
             }
@@ -141,7 +151,12 @@ impl Registry {
                         value,
                     });
                 }
-                verdicts.push((name.clone(), entry.uid.clone(), vendor.to_string(), verdict.unhealthy));
+                verdicts.push((
+                    name.clone(),
+                    entry.uid.clone(),
+                    vendor.to_string(),
+                    verdict.unhealthy,
+                ));
             }
         }
         seen.retain(|(n, _), _| st.node(n).is_some());

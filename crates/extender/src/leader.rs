@@ -110,6 +110,10 @@ mod tests {
         assert!(!holds(&lease, "sched-0", at("2026-01-01T00:00:16Z")));
         assert!(!holds(&lease, "sched-1", at("2026-01-01T00:00:10Z")));
         assert!(!holds(&lease, "", at("2026-01-01T00:00:10Z")));
-        assert!(!holds(&Lease::default(), "sched-0", at("2026-01-01T00:00:10Z")));
+        assert!(!holds(
+            &Lease::default(),
+            "sched-0",
+            at("2026-01-01T00:00:10Z")
+        ));
     }
 }

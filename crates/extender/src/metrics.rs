@@ -218,8 +218,22 @@ where
 impl Collector for UsageCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let rows = self.rows();
-        gauge_family(&mut encoder, "hami_gpu_memory_limit_bytes", "Device memory of each GPU, in bytes", &rows, device, |r| Some(r.totalmem * MIB))?;
-        gauge_family(&mut encoder, "hami_gpu_core_limit_ratio", "Compute of each GPU in percent of one card", &rows, device, |r| Some(r.totalcore))?;
+        gauge_family(
+            &mut encoder,
+            "hami_gpu_memory_limit_bytes",
+            "Device memory of each GPU, in bytes",
+            &rows,
+            device,
+            |r| Some(r.totalmem * MIB),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "hami_gpu_core_limit_ratio",
+            "Compute of each GPU in percent of one card",
+            &rows,
+            device,
+            |r| Some(r.totalcore),
+        )?;
         let cores: Vec<String> = rows.iter().map(|r| r.usedcores.to_string()).collect();
         let mut metric = encoder.encode_descriptor(
             "hami_gpu_memory_allocated_bytes",
@@ -232,11 +246,30 @@ impl Collector for UsageCollector {
             l.push(("device_cores", c.as_str()));
             ConstGauge::new(r.usedmem * MIB).encode(metric.encode_family(&l)?)?;
         }
-        gauge_family(&mut encoder, "hami_gpu_shared_count", "Containers sharing each GPU", &rows, device, |r| Some(r.used))?;
-        gauge_family(&mut encoder, "hami_gpu_core_allocated_ratio", "Compute allocated on each GPU, in percent of one card", &rows, device, |r| Some(r.usedcores))?;
-        gauge_family(&mut encoder, "hami_node_gpu_memory_allocated_ratio", "Fraction (0..1) of each GPU's memory allocated", &rows, device, |r| {
-            (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64)
-        })?;
+        gauge_family(
+            &mut encoder,
+            "hami_gpu_shared_count",
+            "Containers sharing each GPU",
+            &rows,
+            device,
+            |r| Some(r.used),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "hami_gpu_core_allocated_ratio",
+            "Compute allocated on each GPU, in percent of one card",
+            &rows,
+            device,
+            |r| Some(r.usedcores),
+        )?;
+        gauge_family(
+            &mut encoder,
+            "hami_node_gpu_memory_allocated_ratio",
+            "Fraction (0..1) of each GPU's memory allocated",
+            &rows,
+            device,
+            |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
+        )?;
 
         // Per-node totals.
         let mut totals: Vec<(&str, u64, u64, u64, u64)> = Vec::new();
@@ -252,10 +285,26 @@ impl Collector for UsageCollector {
             }
         }
         for (name, help, pick) in [
-            ("hami_scheduler_node_gpus", "GPUs registered and usable on each node", 1usize),
-            ("hami_scheduler_node_gpu_memory_limit_bytes", "Total GPU memory of each node, in bytes", 2),
-            ("hami_scheduler_node_gpu_memory_allocated_bytes", "GPU memory allocated on each node, in bytes", 3),
-            ("hami_scheduler_node_gpu_shared_count", "Container slots taken on each node's GPUs", 4),
+            (
+                "hami_scheduler_node_gpus",
+                "GPUs registered and usable on each node",
+                1usize,
+            ),
+            (
+                "hami_scheduler_node_gpu_memory_limit_bytes",
+                "Total GPU memory of each node, in bytes",
+                2,
+            ),
+            (
+                "hami_scheduler_node_gpu_memory_allocated_bytes",
+                "GPU memory allocated on each node, in bytes",
+                3,
+            ),
+            (
+                "hami_scheduler_node_gpu_shared_count",
+                "Container slots taken on each node's GPUs",
+                4,
+            ),
         ] {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for t in &totals {

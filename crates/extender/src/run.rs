@@ -69,10 +69,12 @@ impl Service {
     pub async fn from_cli(cli: &Cli) -> Result<Self, RunError> {
         let devices = load_device_config(cli)?;
         let bind = |addr: std::net::SocketAddr| async move {
-            TcpListener::bind(addr).await.map_err(|source| RunError::Bind {
-                address: addr.to_string(),
-                source,
-            })
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| RunError::Bind {
+                    address: addr.to_string(),
+                    source,
+                })
         };
         let tls = TlsConfig::from_optional(cli.cert_file.clone(), cli.key_file.clone())?;
         let identity = cli
@@ -185,8 +187,17 @@ pub async fn serve_service(
         sync.clone(),
         shutdown.clone(),
     ));
-    tokio::spawn(watch_pods(client.clone(), state.clone(), sync, shutdown.clone()));
-    tokio::spawn(expire_reservations(state.clone(), metrics.clone(), shutdown.clone()));
+    tokio::spawn(watch_pods(
+        client.clone(),
+        state.clone(),
+        sync,
+        shutdown.clone(),
+    ));
+    tokio::spawn(expire_reservations(
+        state.clone(),
+        metrics.clone(),
+        shutdown.clone(),
+    ));
     let registry_round = housekeeping::Registry {
         state: state.clone(),
         registry,
@@ -207,7 +218,13 @@ pub async fn serve_service(
         changes,
     ));
     let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
-    let served = serve(svc.listener, svc.tls, extender.into_handler(), shutdown.clone()).await;
+    let served = serve(
+        svc.listener,
+        svc.tls,
+        extender.into_handler(),
+        shutdown.clone(),
+    )
+    .await;
     shutdown.cancel();
     let admin_result = admin_task.await;
     served?;

@@ -163,7 +163,8 @@ impl Extender {
         let (_, body) = read_request_bounded(req, self.settings.body_limit)
             .await
             .map_err(|e| e.to_string())?;
-        serde_json::from_slice(&body).map_err(|e| format!("request body is not valid JSON for this call: {e}"))
+        serde_json::from_slice(&body)
+            .map_err(|e| format!("request body is not valid JSON for this call: {e}"))
     }
 }
 

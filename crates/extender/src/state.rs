@@ -25,6 +25,9 @@ use hami_core::request::{ContainerKind, plain_integer};
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+/// Abandoned decisions remembered per pod.
+const MAX_ABANDONED: usize = 8;
+
 /// What a node looks like to the extender.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeEntry {
@@ -56,9 +59,7 @@ impl Signature {
         let node = annotations.get(keys::VGPU_NODE).filter(|n| !n.is_empty())?;
         let mut s = format!(
             "{node}\n{}",
-            annotations
-                .get(keys::VGPU_TIME)
-                .map_or("", String::as_str)
+            annotations.get(keys::VGPU_TIME).map_or("", String::as_str)
         );
         for v in registry.vendors() {
             s.push('\n');
@@ -130,6 +131,8 @@ pub struct SchedState {
     pods: HashMap<String, PodEntry>,
     /// Pods that hold devices while unbound (expiry candidates).
     unbound_holders: HashSet<String>,
+    /// Pods in the middle of /bind: their hold does not expire under them.
+    binding: HashSet<String>,
     reservation_ttl: i64,
     /// Bumped when a pod relist starts; reservations made since survive its end.
     epoch: u64,
@@ -145,6 +148,7 @@ impl SchedState {
             nodes: BTreeMap::new(),
             pods: HashMap::new(),
             unbound_holders: HashSet::new(),
+            binding: HashSet::new(),
             reservation_ttl: reservation_ttl_secs.max(1),
             epoch: 0,
             nodes_synced: false,
@@ -188,7 +192,11 @@ impl SchedState {
             .filter(|(k, _)| {
                 *k == keys::DEVICE_CORDON
                     || *k == keys::NVIDIA_NODE_SCORE
-                    || self.registry.vendors().iter().any(|v| v.register_annotation() == *k)
+                    || self
+                        .registry
+                        .vendors()
+                        .iter()
+                        .any(|v| v.register_annotation() == *k)
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
@@ -259,7 +267,12 @@ impl SchedState {
 
     /// Marks a vendor's devices on a node usable (`None`) or not (with the reason).
     /// Returns true when that changed.
-    pub fn set_vendor_health(&mut self, node: &str, vendor: &str, unhealthy: Option<String>) -> bool {
+    pub fn set_vendor_health(
+        &mut self,
+        node: &str,
+        vendor: &str,
+        unhealthy: Option<String>,
+    ) -> bool {
         let Some(entry) = self.nodes.get_mut(node) else {
             return false;
         };
@@ -300,7 +313,10 @@ impl SchedState {
             return format!("{vendor} devices unavailable: {why}");
         }
         if let Some(issue) = entry.issues.first() {
-            return format!("node unregistered: {} is invalid: {}", issue.annotation, issue.error);
+            return format!(
+                "node unregistered: {} is invalid: {}",
+                issue.annotation, issue.error
+            );
         }
         hami_core::reason::NODE_UNREGISTERED.to_string()
     }
@@ -350,7 +366,11 @@ impl SchedState {
         });
         entry.namespace = pod.metadata.namespace.clone().unwrap_or_default();
         entry.name = pod.metadata.name.clone().unwrap_or_default();
-        entry.bound = bound;
+        // spec.nodeName never changes once set: an older event (the watch may still be
+        // behind this process's own Binding) cannot unbind the pod.
+        if bound.is_some() {
+            entry.bound = bound;
+        }
         let annotated = |record: Option<PodRecord>, sig: Option<Signature>| match (record, sig) {
             (Some(record), Some(sig)) => Holding::Annotated {
                 sig,
@@ -360,16 +380,14 @@ impl SchedState {
             _ => Holding::None,
         };
         let keep_reservation = match &entry.holding {
-            // The annotations still show an older state: the reservation stays until
-            // they catch up — unless the pod got bound, which settles it.
-            Holding::Reserved { sig: rsig, .. } => {
-                sig.as_ref() != Some(rsig) && entry.bound.is_none()
-            }
+            // The annotations still show an older state (the watch runs behind this
+            // process's own writes): the reservation stays until they catch up.
+            Holding::Reserved { sig: rsig, .. } => sig.as_ref() != Some(rsig),
             _ => false,
         };
         if !keep_reservation {
-            let suppressed = entry.bound.is_none()
-                && sig.as_ref().is_some_and(|s| entry.abandoned.contains(s));
+            let suppressed =
+                entry.bound.is_none() && sig.as_ref().is_some_and(|s| entry.abandoned.contains(s));
             entry.holding = if suppressed {
                 Holding::None
             } else {
@@ -383,6 +401,7 @@ impl SchedState {
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
         self.pods.remove(uid);
+        self.binding.remove(uid);
         self.unbound_holders.remove(uid);
         self.ledger.remove_pod(uid);
     }
@@ -425,11 +444,14 @@ impl SchedState {
                 Some(b) if *b == record.node => (Some(record), false),
                 Some(_) => (None, false),
                 None => {
-                    let fresh = vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
+                    // A pod in the middle of /bind keeps its hold whatever its age.
+                    let fresh = self.binding.contains(uid)
+                        || vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
                     (fresh.then_some(record), true)
                 }
             },
         };
+        tracing::trace!(%uid, holds = holds.is_some(), unbound, bound = ?entry.bound, holding = ?std::mem::discriminant(&entry.holding), "pod hold synced");
         match holds {
             Some(record) => {
                 if unbound {
@@ -471,13 +493,16 @@ impl SchedState {
         let record = PodRecord::from_devices(uid, namespace, name, node, devices, kinds);
         let sig = Signature::of(annotations, &self.registry)
             .unwrap_or_else(|| Signature(format!("{node}\n{now}")));
-        let entry = self.pods.entry(uid.to_string()).or_insert_with(|| PodEntry {
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            bound: None,
-            holding: Holding::None,
-            abandoned: Vec::new(),
-        });
+        let entry = self
+            .pods
+            .entry(uid.to_string())
+            .or_insert_with(|| PodEntry {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                bound: None,
+                holding: Holding::None,
+                abandoned: Vec::new(),
+            });
         entry.abandoned.retain(|s| *s != sig);
         entry.holding = Holding::Reserved {
             sig,
@@ -503,6 +528,11 @@ impl SchedState {
             Holding::None => return None,
         };
         if !entry.abandoned.contains(&sig) {
+            // A pod filtered again and again must not grow without bound; only recent
+            // decisions can still show up in its annotations.
+            if entry.abandoned.len() == MAX_ABANDONED {
+                entry.abandoned.remove(0);
+            }
             entry.abandoned.push(sig);
         }
         entry.holding = Holding::None;
@@ -514,6 +544,17 @@ impl SchedState {
     /// counts: an expired or abandoned decision holds nothing).
     pub fn holding_node(&self, uid: &str) -> Option<&str> {
         self.ledger.pod(uid).map(|r| r.node.as_str())
+    }
+
+    /// Marks the pod as being bound (`true`) or not any more: while it is, its hold does
+    /// not expire.
+    pub fn set_binding(&mut self, uid: &str, binding: bool, now: i64) {
+        tracing::trace!(%uid, binding, "pin");
+        if binding {
+            self.binding.insert(uid.to_string());
+        } else if self.binding.remove(uid) {
+            self.sync(uid, now);
+        }
     }
 
     /// Notes a Binding this process created, before the watch shows it: the hold no
@@ -531,6 +572,7 @@ impl SchedState {
         let due: Vec<String> = self
             .unbound_holders
             .iter()
+            .filter(|uid| !self.binding.contains(*uid))
             .filter(|uid| {
                 self.pods.get(*uid).is_some_and(|e| match &e.holding {
                     Holding::Reserved { at, .. } => now >= at.saturating_add(ttl),

@@ -5,14 +5,14 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
+use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
-use hami_server::CancellationToken;
 
 use crate::service::unix_now;
 use crate::state::SchedState;
@@ -30,7 +30,12 @@ impl SyncTracker {
     }
 
     fn update(&self) {
-        if self.state.lock().unwrap_or_else(|p| p.into_inner()).synced() {
+        if self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .synced()
+        {
             self.readiness.set_ready();
         }
     }
@@ -98,9 +103,9 @@ fn apply_node(st: &mut SchedState, n: &Node) {
         for i in issues {
             tracing::warn!(node = %name, annotation = %i.annotation, error = %i.error, "node registration not usable");
         }
-        let devices: usize = st
-            .node(name)
-            .map_or(0, |e| e.inventory.vendors.iter().map(|v| v.devices.len()).sum());
+        let devices: usize = st.node(name).map_or(0, |e| {
+            e.inventory.vendors.iter().map(|v| v.devices.len()).sum()
+        });
         tracing::info!(node = %name, devices, "node registration read");
     }
 }

@@ -121,8 +121,7 @@ mod tests {
         .unwrap();
         assert!(args.pod.is_none());
         assert_eq!(args.nodes.unwrap().names(), ["n1"]);
-        let args: ExtenderArgs =
-            serde_json::from_value(json!({"Nodes": {"items": null}})).unwrap();
+        let args: ExtenderArgs = serde_json::from_value(json!({"Nodes": {"items": null}})).unwrap();
         assert!(args.nodes.unwrap().items.is_empty());
 
         let out = serde_json::to_value(ExtenderFilterResult {

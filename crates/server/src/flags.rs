@@ -10,7 +10,8 @@ use std::time::Duration;
 /// here means anything by them.
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let s = text.trim();
-    let err = |why: &str| format!("invalid duration {text:?}: {why} (examples: 300ms, 30s, 5m, 1h30m)");
+    let err =
+        |why: &str| format!("invalid duration {text:?}: {why} (examples: 300ms, 30s, 5m, 1h30m)");
     if s == "0" {
         return Ok(Duration::ZERO);
     }
@@ -30,9 +31,7 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
         if num_len == 0 {
             return Err(err("expected a number"));
         }
-        let number: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| err("bad number"))?;
+        let number: f64 = rest[..num_len].parse().map_err(|_| err("bad number"))?;
         rest = &rest[num_len..];
         let unit_len = rest
             .find(|c: char| c.is_ascii_digit() || c == '.')
@@ -67,7 +66,9 @@ pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
     full.to_socket_addrs()
         .ok()
         .and_then(|mut it| it.next())
-        .ok_or_else(|| format!("invalid listen address {text:?} (examples: :9395, 127.0.0.1:8080, [::]:443)"))
+        .ok_or_else(|| {
+            format!("invalid listen address {text:?} (examples: :9395, 127.0.0.1:8080, [::]:443)")
+        })
 }
 
 #[cfg(test)]
@@ -98,11 +99,11 @@ mod tests {
             parse_listen_addr("127.0.0.1:8080").unwrap(),
             "127.0.0.1:8080".parse().unwrap()
         );
-        assert_eq!(parse_listen_addr("[::]:443").unwrap(), "[::]:443".parse().unwrap());
         assert_eq!(
-            parse_listen_addr("localhost:1").unwrap().port(),
-            1
+            parse_listen_addr("[::]:443").unwrap(),
+            "[::]:443".parse().unwrap()
         );
+        assert_eq!(parse_listen_addr("localhost:1").unwrap().port(), 1);
         assert!(parse_listen_addr("nope").is_err());
         assert!(parse_listen_addr(":notaport").is_err());
     }

@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::admission::{self, Services};
+use crate::discovery;
 use crate::faults::{Fault, Faults, RequestRecord, fault_error};
 use crate::routes::{self, Reply, Settings};
 use crate::status::ApiError;
@@ -41,6 +43,12 @@ pub struct Options {
     pub max_body_bytes: usize,
     /// When graceful pod deletions finish with no kubelet to finish them.
     pub grace_expiry: GraceExpiry,
+    /// Where to listen; port 0 picks a free one.
+    pub listen: SocketAddr,
+    /// Service ports that admission webhooks (`clientConfig.service`) are served
+    /// on: `(namespace, name, port, address)`. More can be added at run time with
+    /// [`ApiServer::register_service`].
+    pub services: Vec<(String, String, u16, SocketAddr)>,
 }
 
 impl Default for Options {
@@ -51,6 +59,8 @@ impl Default for Options {
             default_watch_timeout: Duration::from_secs(1800),
             max_body_bytes: 3 * 1024 * 1024,
             grace_expiry: GraceExpiry::default(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            services: Vec::new(),
         }
     }
 }
@@ -61,6 +71,7 @@ pub struct ApiServer {
     addr: SocketAddr,
     store: Arc<Store>,
     faults: Arc<Faults>,
+    services: Arc<Services>,
     task: JoinHandle<()>,
     reaper: JoinHandle<()>,
 }
@@ -75,8 +86,10 @@ impl Drop for ApiServer {
 
 #[derive(Debug)]
 struct Shared {
+    addr: SocketAddr,
     store: Arc<Store>,
     faults: Arc<Faults>,
+    services: Arc<Services>,
     settings: Settings,
     max_body: usize,
 }
@@ -87,9 +100,9 @@ impl ApiServer {
         Self::start_with(Options::default()).await
     }
 
-    /// Starts on 127.0.0.1 with a random port.
+    /// Starts on `opts.listen` (127.0.0.1 with a random port by default).
     pub async fn start_with(opts: Options) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let listener = TcpListener::bind(opts.listen).await?;
         let addr = listener.local_addr()?;
         let store = Arc::new(Store::new(opts.history_limit));
         store.set_grace_expiry(opts.grace_expiry);
@@ -98,9 +111,15 @@ impl ApiServer {
             tokio::spawn(async move { store.run_reaper().await })
         };
         let faults = Arc::new(Faults::default());
+        let services = Arc::new(Services::default());
+        for (ns, name, port, to) in &opts.services {
+            services.register(ns, name, *port, *to);
+        }
         let shared = Arc::new(Shared {
+            addr,
             store: store.clone(),
             faults: faults.clone(),
+            services: services.clone(),
             settings: Settings {
                 bookmark_interval: opts.bookmark_interval,
                 default_watch_timeout: opts.default_watch_timeout,
@@ -112,6 +131,7 @@ impl ApiServer {
             addr,
             store,
             faults,
+            services,
             task,
             reaper,
         })
@@ -134,6 +154,12 @@ impl ApiServer {
     /// Fault-injection switches and the request log.
     pub fn faults(&self) -> &Arc<Faults> {
         &self.faults
+    }
+
+    /// Routes calls to `https://<name>.<namespace>.svc:<port>` (webhook
+    /// `clientConfig.service`) to `addr`, standing in for cluster DNS.
+    pub fn register_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
+        self.services.register(namespace, name, port, addr);
     }
 }
 
@@ -159,14 +185,20 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 fn full(code: u16, v: &Value) -> Response<Body> {
-    let bytes = serde_json::to_vec(v).unwrap_or_default();
+    bytes_response(
+        code,
+        serde_json::to_vec(v).unwrap_or_default(),
+        "application/json",
+    )
+}
+
+fn bytes_response(code: u16, bytes: Vec<u8>, content_type: &str) -> Response<Body> {
     let mut resp = Response::new(Full::new(Bytes::from(bytes)).boxed_unsync());
     *resp.status_mut() =
         hyper::StatusCode::from_u16(code).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
+    if let Ok(ct) = hyper::header::HeaderValue::from_str(content_type) {
+        resp.headers_mut().insert(hyper::header::CONTENT_TYPE, ct);
+    }
     resp
 }
 
@@ -204,12 +236,15 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
         .query()
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
-    let content_type = req
-        .headers()
-        .get(hyper::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
+    let header = |name: hyper::header::HeaderName| {
+        req.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    let content_type = header(hyper::header::CONTENT_TYPE);
+    let accept = header(hyper::header::ACCEPT);
     let verb = routes::verb(&method, &path, &query);
     let (latency, fault) = shared.faults.decide(verb);
     let wait = match fault {
@@ -233,19 +268,108 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
             });
         }
     };
-    match routes::handle(
-        &shared.store,
-        &shared.settings,
-        &method,
-        &path,
-        &query,
-        &content_type,
-        &body,
-    ) {
+    if method == "GET"
+        && let Some(doc) = discovery::handle(&path, &accept, &shared.addr.to_string())
+    {
+        return match doc {
+            Ok(d) => bytes_response(
+                200,
+                serde_json::to_vec(&d.body).unwrap_or_default(),
+                &d.content_type,
+            ),
+            Err(e) => error(&e),
+        };
+    }
+    // Refused by the handler too, but before webhooks see a create that will not happen.
+    if method == "POST" && query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        return error(&ApiError::bad_request(
+            "dryRun is not supported by the emulator; the request was not applied",
+        ));
+    }
+    let (body, content_type, warnings) = if method == "POST" {
+        match admit(shared, &path, &query, &content_type, body).await {
+            Ok(admitted) => admitted,
+            Err(e) => return error(&e),
+        }
+    } else {
+        (body, content_type, Vec::new())
+    };
+    let call = routes::Call {
+        method: &method,
+        path: &path,
+        query: &query,
+        content_type: &content_type,
+        accept: &accept,
+        body: &body,
+    };
+    let mut resp = reply(
+        shared,
+        routes::handle(&shared.store, &shared.settings, call),
+    );
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = hyper::header::HeaderValue::from_str(&text) {
+            resp.headers_mut().append(hyper::header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// Mutating admission for creates: the body defaulted (pods) and run through the
+/// webhooks, re-encoded as JSON; other requests pass through unchanged.
+async fn admit(
+    shared: &Shared,
+    path: &str,
+    query: &HashMap<String, String>,
+    content_type: &str,
+    body: Bytes,
+) -> Result<(Bytes, String, Vec<String>), ApiError> {
+    let Ok(routes::Target::Collection { res, ns }) = routes::parse_path(path) else {
+        return Ok((body, content_type.to_string(), Vec::new()));
+    };
+    let mut object = routes::parse_body(content_type, &body)?;
+    if !object.is_object() {
+        // Let the handler reject it with its usual error.
+        return Ok((body, content_type.to_string(), Vec::new()));
+    }
+    if res.namespaced
+        && let Some(ns) = &ns
+        && object.pointer("/metadata/namespace").is_none()
+    {
+        if !object.get("metadata").is_some_and(Value::is_object) {
+            object["metadata"] = serde_json::json!({});
+        }
+        object["metadata"]["namespace"] = ns.clone().into();
+    }
+    if res == crate::resources::PODS {
+        crate::defaulting::pod(&mut object);
+    }
+    let req = admission::Request {
+        resource: &res,
+        namespace: ns.as_deref(),
+        field_manager: query.get("fieldManager").map(String::as_str),
+    };
+    let admitted = admission::admit_create(&shared.store, &shared.services, req, object).await?;
+    let bytes = serde_json::to_vec(&admitted.object).unwrap_or_default();
+    Ok((
+        Bytes::from(bytes),
+        "application/json".to_string(),
+        admitted.warnings,
+    ))
+}
+
+fn reply(shared: &Shared, handled: Result<Reply, ApiError>) -> Response<Body> {
+    match handled {
         Ok(Reply::Json(code, v)) => full(code, &v),
+        Ok(Reply::Yaml(code, v)) => match serde_yaml_ng::to_string(&v) {
+            Ok(text) => bytes_response(code, text.into_bytes(), "application/yaml"),
+            Err(e) => error(&ApiError::InternalError {
+                message: format!("cannot encode the answer as YAML: {e}"),
+            }),
+        },
         Ok(Reply::Watch(w)) => {
             let (tx, rx) = mpsc::channel::<Bytes>(64);
-            tokio::spawn(crate::watch::run(shared.store.clone(), w, tx));
+            tokio::spawn(crate::watch::run(shared.store.clone(), *w, tx));
             let stream = futures::stream::unfold(rx, |mut rx| async move {
                 rx.recv()
                     .await

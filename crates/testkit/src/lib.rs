@@ -9,17 +9,28 @@
 //! # Ok(()) }
 //! ```
 
+pub mod admission;
+pub mod defaulting;
+pub mod discovery;
+pub mod emulator;
 pub mod faults;
+pub mod fixture;
 mod http;
+pub mod httpclient;
 pub mod kubelet;
+pub mod negotiate;
+pub mod openapi;
 pub mod patch;
 pub mod resources;
 mod routes;
+pub mod scheduler;
 pub mod selectors;
 pub mod status;
 pub mod store;
+pub mod table;
 mod watch;
 
+pub use admission::Services;
 pub use faults::{Fault, Faults, RequestRecord};
 pub use http::{ApiServer, Options};
 pub use status::ApiError;

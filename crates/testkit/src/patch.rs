@@ -2,7 +2,8 @@
 //!
 //! Strategic merge patch limits: the emulator has no OpenAPI schema, so instead
 //! of per-field `patchMergeKey`s it merges a list by `name` when every element
-//! on both sides is an object with a `name` (containers, env, volumes, ports …)
+//! on both sides is an object with a `name` (containers, env, volumes, ports …),
+//! and `conditions` / `addresses` by `type`,
 //! and replaces any other list, as JSON merge patch does. Directives supported:
 //! `$patch: replace` / `$patch: delete` on maps, `$patch: delete` on named list
 //! elements; other `$`-directives (`$setElementOrder`, `$retainKeys`,
@@ -103,8 +104,11 @@ fn strategic_map(target: &mut Value, mut patch: Map<String, Value>) {
                 }
             }
             Value::Array(pl) => {
+                let key = merge_key(&k);
                 let merged = match t.remove(&k) {
-                    Some(Value::Array(cur)) if named(&cur) && named(&pl) => merge_named(cur, pl),
+                    Some(Value::Array(cur)) if named(&cur, key) && named(&pl, key) => {
+                        merge_named(cur, pl, key)
+                    }
                     _ => pl.into_iter().filter(|e| !is_delete(e)).collect(),
                 };
                 t.insert(k, Value::Array(merged));
@@ -116,19 +120,28 @@ fn strategic_map(target: &mut Value, mut patch: Map<String, Value>) {
     }
 }
 
-fn named(list: &[Value]) -> bool {
+/// The `patchMergeKey` of a list field: `type` for pod/node `conditions` and node
+/// `addresses`, `name` for the named lists (containers, env, volumes ...).
+fn merge_key(field: &str) -> &'static str {
+    match field {
+        "conditions" | "addresses" => "type",
+        _ => "name",
+    }
+}
+
+fn named(list: &[Value], key: &str) -> bool {
     list.iter()
-        .all(|e| e.get("name").is_some_and(Value::is_string))
+        .all(|e| e.get(key).is_some_and(Value::is_string))
 }
 
 fn is_delete(e: &Value) -> bool {
     e.get("$patch").and_then(Value::as_str) == Some("delete")
 }
 
-fn merge_named(mut cur: Vec<Value>, patch: Vec<Value>) -> Vec<Value> {
+fn merge_named(mut cur: Vec<Value>, patch: Vec<Value>, key: &str) -> Vec<Value> {
     for p in patch {
-        let name = p.get("name").cloned();
-        let pos = cur.iter().position(|c| c.get("name") == name.as_ref());
+        let name = p.get(key).cloned();
+        let pos = cur.iter().position(|c| c.get(key) == name.as_ref());
         match (pos, is_delete(&p)) {
             (Some(i), true) => {
                 cur.remove(i);
@@ -180,6 +193,23 @@ mod tests {
         assert_eq!(
             out,
             json!({"spec": {"containers": [{"name": "a", "image": "z"}, {"name": "c", "image": "w"}]}})
+        );
+    }
+
+    #[test]
+    fn strategic_merges_conditions_by_type() {
+        let cur = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True"},
+            {"type": "PodScheduled", "status": "True"}
+        ]}});
+        let p = br#"{"status":{"conditions":[{"type":"PodScheduled","status":"False","reason":"Unschedulable"}]}}"#;
+        let out = apply(PatchKind::Strategic, &cur, p).unwrap();
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([
+                {"type": "Ready", "status": "True"},
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}
+            ])
         );
     }
 

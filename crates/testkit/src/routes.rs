@@ -7,12 +7,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
+use crate::negotiate::{self, Encoding, Wanted};
 use crate::patch::{self, PatchKind};
 use crate::resources::{self, Resource};
 use crate::selectors::{FieldSelector, LabelSelector, Selector};
 use crate::status::ApiError;
 use crate::store::{DeleteOptions, Preconditions, Store};
-use crate::watch::WatchRequest;
+use crate::table::{self, IncludeObject, TableOptions};
+use crate::watch::{WatchFormat, WatchRequest};
 
 /// What a request addresses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +122,8 @@ pub struct Settings {
 #[derive(Debug)]
 pub enum Reply {
     Json(u16, Value),
-    Watch(WatchRequest),
+    Yaml(u16, Value),
+    Watch(Box<WatchRequest>),
 }
 
 fn ok(v: Value) -> Result<Reply, ApiError> {
@@ -133,6 +136,16 @@ fn parse_json(body: &Bytes) -> Result<Value, ApiError> {
     })
 }
 
+/// A create or update body in the encoding its `Content-Type` names.
+pub(crate) fn parse_body(content_type: &str, body: &Bytes) -> Result<Value, ApiError> {
+    match negotiate::body_encoding(content_type)? {
+        Encoding::Json => parse_json(body),
+        Encoding::Yaml => serde_yaml_ng::from_slice(body).map_err(|e| {
+            ApiError::bad_request(format!("the body of the request could not be decoded: {e}"))
+        }),
+    }
+}
+
 fn parse_rv(q: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
     match q.get("resourceVersion").map(String::as_str) {
         None | Some("") => Ok(None),
@@ -143,17 +156,98 @@ fn parse_rv(q: &HashMap<String, String>) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// Handles one request. `content_type` only matters for PATCH.
-pub fn handle(
+/// One request as the handlers see it.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: &'a HashMap<String, String>,
+    pub content_type: &'a str,
+    pub accept: &'a str,
+    pub body: &'a Bytes,
+}
+
+/// Handles one request and renders the answer as the `Accept` header asks
+/// (object, `Table`, `PartialObjectMetadata`; JSON or YAML).
+pub fn handle(store: &Arc<Store>, settings: &Settings, call: Call<'_>) -> Result<Reply, ApiError> {
+    let target = parse_path(call.path)?;
+    // A dry run must not persist anything; rather than store the object anyway,
+    // say it is not emulated (OpenAPI does not advertise `dryRun`, so kubectl
+    // refuses --dry-run=server before asking).
+    if call.method != "GET" && call.query.get("dryRun").is_some_and(|v| !v.is_empty()) {
+        return Err(ApiError::bad_request(
+            "dryRun is not supported by the emulator; the request was not applied",
+        ));
+    }
+    let (res, is_list) = match &target {
+        Target::Collection { res, .. } => (*res, call.method == "GET"),
+        Target::Item { res, .. } | Target::Sub { res, .. } => (*res, false),
+        Target::Bindings { .. } => (resources::PODS, false),
+    };
+    let wanted = negotiate::for_resource(call.accept, is_list)?;
+    let table = match wanted {
+        Wanted::Table(version) => Some(TableOptions {
+            version,
+            include: IncludeObject::parse(call.query.get("includeObject").map(String::as_str))?,
+        }),
+        _ => None,
+    };
+    let format = match (wanted, table) {
+        (_, Some(t)) => WatchFormat::Table(t),
+        (Wanted::Metadata(v), _) => WatchFormat::Metadata(v),
+        _ => WatchFormat::Object,
+    };
+    let reply = dispatch(store, settings, call, target, format)?;
+    Ok(match reply {
+        Reply::Json(code, v) if v.get("kind").and_then(Value::as_str) != Some("Status") => {
+            let rendered = render(&res, &v, wanted, table);
+            match wanted {
+                Wanted::Object(Encoding::Yaml) => Reply::Yaml(code, rendered),
+                _ => Reply::Json(code, rendered),
+            }
+        }
+        other => other,
+    })
+}
+
+/// The object or list `v` in the representation the client asked for.
+fn render(res: &Resource, v: &Value, wanted: Wanted, table: Option<TableOptions>) -> Value {
+    let is_list = v.get("items").is_some_and(Value::is_array)
+        && v.get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"));
+    match (wanted, table) {
+        (_, Some(opts)) if is_list => {
+            let items = v["items"].as_array().map_or(&[][..], Vec::as_slice);
+            let meta = v.get("metadata").cloned().unwrap_or_else(|| json!({}));
+            table::table(res, items, meta, opts, true)
+        }
+        (_, Some(opts)) => {
+            let rv = v.pointer("/metadata/resourceVersion").cloned();
+            let meta = rv.map_or_else(|| json!({}), |rv| json!({"resourceVersion": rv}));
+            table::table(res, std::slice::from_ref(v), meta, opts, true)
+        }
+        (Wanted::Metadata(version), _) if is_list => table::partial_metadata_list(v, version),
+        (Wanted::Metadata(version), _) => table::partial_metadata(v, version),
+        _ => v.clone(),
+    }
+}
+
+fn dispatch(
     store: &Arc<Store>,
     settings: &Settings,
-    method: &str,
-    path: &str,
-    query: &HashMap<String, String>,
-    content_type: &str,
-    body: &Bytes,
+    call: Call<'_>,
+    target: Target,
+    format: WatchFormat,
 ) -> Result<Reply, ApiError> {
-    let target = parse_path(path)?;
+    let Call {
+        method,
+        path,
+        query,
+        content_type,
+        body,
+        ..
+    } = call;
     let not_allowed = || {
         Err(ApiError::MethodNotAllowed {
             message: format!(
@@ -171,6 +265,12 @@ pub fn handle(
             )?;
             let selector = Selector { labels, fields };
             if matches!(query.get("watch").map(String::as_str), Some("1" | "true")) {
+                let flag = |k: &str| matches!(query.get(k).map(String::as_str), Some("1" | "true"));
+                if flag("sendInitialEvents") && !flag("allowWatchBookmarks") {
+                    return Err(ApiError::invalid(
+                        "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled and allowWatchBookmarks is true",
+                    ));
+                }
                 let timeout = match query.get("timeoutSeconds") {
                     Some(t) => Duration::from_secs(
                         t.parse()
@@ -178,7 +278,7 @@ pub fn handle(
                     ),
                     None => settings.default_watch_timeout,
                 };
-                return Ok(Reply::Watch(WatchRequest {
+                return Ok(Reply::Watch(Box::new(WatchRequest {
                     resource: res,
                     namespace: ns,
                     selector,
@@ -187,19 +287,24 @@ pub fn handle(
                         query.get("allowWatchBookmarks").map(String::as_str),
                         Some("1" | "true")
                     ),
+                    send_initial_events: matches!(
+                        query.get("sendInitialEvents").map(String::as_str),
+                        Some("1" | "true")
+                    ),
                     timeout,
                     bookmark_interval: settings.bookmark_interval,
-                }));
+                    format,
+                })));
             }
             list(store, &res, ns.as_deref(), &selector, query)
         }
         ("POST", Target::Collection { res, ns }) => Ok(Reply::Json(
             201,
-            store.create(&res, ns.as_deref(), parse_json(body)?)?,
+            store.create(&res, ns.as_deref(), parse_body(content_type, body)?)?,
         )),
         ("GET", Target::Item { res, ns, name }) => ok(store.get(&res, ns.as_deref(), &name)?),
         ("PUT", Target::Item { res, ns, name }) => {
-            let new = parse_json(body)?;
+            let new = parse_body(content_type, body)?;
             ok(store.update_with(&res, ns.as_deref(), &name, |_| Ok(new))?)
         }
         ("PATCH", Target::Item { res, ns, name }) => {
@@ -211,6 +316,29 @@ pub fn handle(
         ("DELETE", Target::Item { res, ns, name }) => {
             let opts = delete_options(body, query)?;
             ok(store.delete_with(&res, ns.as_deref(), &name, &opts)?)
+        }
+        ("DELETE", Target::Collection { res, ns }) if res.verbs().contains(&"deletecollection") => {
+            let selector = Selector {
+                labels: LabelSelector::parse(
+                    query.get("labelSelector").map_or("", String::as_str),
+                )?,
+                fields: FieldSelector::parse(
+                    res.plural,
+                    query.get("fieldSelector").map_or("", String::as_str),
+                )?,
+            };
+            delete_collection(
+                store,
+                &res,
+                ns.as_deref(),
+                &selector,
+                &delete_options(body, query)?,
+            )
+        }
+        (_, Target::Sub { res, sub, .. }) if !res.has_subresource(&sub) => {
+            Err(ApiError::NotFound {
+                message: "the server could not find the requested resource".into(),
+            })
         }
         ("GET", Target::Sub { res, ns, name, sub }) if sub == "status" => {
             ok(store.get(&res, ns.as_deref(), &name)?)
@@ -225,7 +353,7 @@ pub fn handle(
             ok(store.update_with(&res, ns.as_deref(), &name, |cur| {
                 let new = match kind {
                     Some(k) => patch::apply(k, cur, body)?,
-                    None => parse_json(body)?,
+                    None => parse_body(content_type, body)?,
                 };
                 let mut out = cur.clone();
                 out["status"] = new.get("status").cloned().unwrap_or(Value::Null);
@@ -288,6 +416,38 @@ fn list(
     }))
 }
 
+/// `deletecollection`: deletes every matching object (graceful rules apply to
+/// each) and answers with the list of what was deleted, as the real server does.
+fn delete_collection(
+    store: &Store,
+    res: &Resource,
+    ns: Option<&str>,
+    sel: &Selector,
+    opts: &DeleteOptions,
+) -> Result<Reply, ApiError> {
+    let (items, _) = store.list(res, ns, sel);
+    let mut deleted = Vec::new();
+    for item in items {
+        let name = item
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let item_ns = item.pointer("/metadata/namespace").and_then(Value::as_str);
+        match store.delete_with(res, item_ns, name, opts) {
+            Ok(v) => deleted.push(v),
+            // Deleted by someone else meanwhile: nothing left to do for it.
+            Err(ApiError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    ok(json!({
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": store.resource_version().to_string()},
+        "items": deleted,
+    }))
+}
+
 /// `DeleteOptions` from the body, or `gracePeriodSeconds` from the query.
 fn delete_options(
     body: &Bytes,
@@ -323,6 +483,27 @@ fn delete_options(
         },
         grace_period_seconds: grace,
     })
+}
+
+/// Marks the pod `PodScheduled=True`, as the registry's `assignPod` does on bind.
+fn set_pod_scheduled(pod: &mut Value) {
+    if !pod.get("status").is_some_and(Value::is_object) {
+        pod["status"] = json!({});
+    }
+    if !pod["status"].get("conditions").is_some_and(Value::is_array) {
+        pod["status"]["conditions"] = json!([]);
+    }
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    if let Some(conds) = pod["status"]["conditions"].as_array_mut() {
+        match conds
+            .iter_mut()
+            .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
+        {
+            Some(c) if c.get("status").and_then(Value::as_str) == Some("True") => {}
+            Some(c) => *c = json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now}),
+            None => conds.push(json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now})),
+        }
+    }
 }
 
 /// `Binding`: sets `spec.nodeName` once; binding a bound pod is a 409, as the
@@ -372,6 +553,7 @@ fn bind(
             out["spec"] = json!({});
         }
         out["spec"]["nodeName"] = node.clone().into();
+        set_pod_scheduled(&mut out);
         if let Some(a) = &annotations {
             if !out["metadata"].get("annotations").is_some_and(Value::is_object) {
                 out["metadata"]["annotations"] = json!({});

@@ -60,6 +60,62 @@ impl LabelSelector {
         Ok(Self(reqs))
     }
 
+    /// Converts a structured `metav1.LabelSelector` (`matchLabels` and
+    /// `matchExpressions` with In, NotIn, Exists, DoesNotExist), as webhook
+    /// configurations carry them. Absent or null selects everything.
+    pub fn from_object(sel: Option<&Value>) -> Result<Self, String> {
+        let Some(sel) = sel.filter(|v| !v.is_null()) else {
+            return Ok(Self::default());
+        };
+        let mut reqs = Vec::new();
+        if let Some(labels) = sel.get("matchLabels").filter(|v| !v.is_null()) {
+            let labels = labels.as_object().ok_or("matchLabels must be a map")?;
+            for (k, v) in labels {
+                let v = v
+                    .as_str()
+                    .ok_or_else(|| format!("matchLabels[{k}] must be a string"))?;
+                reqs.push(LabelReq::Eq(k.clone(), v.to_string()));
+            }
+        }
+        if let Some(exprs) = sel.get("matchExpressions").filter(|v| !v.is_null()) {
+            let exprs = exprs.as_array().ok_or("matchExpressions must be a list")?;
+            for e in exprs {
+                let key = e
+                    .get("key")
+                    .and_then(Value::as_str)
+                    .filter(|k| !k.is_empty())
+                    .ok_or("a matchExpression needs a key")?
+                    .to_string();
+                let values: Vec<String> = match e.get("values") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(a)) => a
+                        .iter()
+                        .map(|v| v.as_str().map(str::to_string))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| format!("values of {key} must be strings"))?,
+                    Some(_) => return Err(format!("values of {key} must be a list")),
+                };
+                let op = e.get("operator").and_then(Value::as_str).unwrap_or("");
+                reqs.push(match op {
+                    "In" | "NotIn" if values.is_empty() => {
+                        return Err(format!("{op} on {key} needs values"));
+                    }
+                    "Exists" | "DoesNotExist" if !values.is_empty() => {
+                        return Err(format!("{op} on {key} takes no values"));
+                    }
+                    "In" => LabelReq::In(key, values),
+                    "NotIn" => LabelReq::NotIn(key, values),
+                    "Exists" => LabelReq::Exists(key),
+                    "DoesNotExist" => LabelReq::NotExists(key),
+                    other => {
+                        return Err(format!("{other:?} is not a valid label selector operator"));
+                    }
+                });
+            }
+        }
+        Ok(Self(reqs))
+    }
+
     /// Whether `labels` (an object's `metadata.labels`, possibly absent) matches.
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels");
@@ -180,7 +236,13 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.0.iter().all(|(k, neg, v)| {
-            let ptr = format!("/{}", k.replace('.', "/"));
+            // Events' `source` label selects on the reporting component.
+            let path = if k == "source" {
+                "source.component"
+            } else {
+                k.as_str()
+            };
+            let ptr = format!("/{}", path.replace('.', "/"));
             // Absent fields compare as "" (e.g. `spec.nodeName=` selects unbound pods).
             let actual = match obj.pointer(&ptr) {
                 Some(Value::String(s)) => s.clone(),
@@ -236,6 +298,29 @@ mod tests {
     }
 
     #[test]
+    fn structured_selectors() {
+        let p = pod(json!({"app": "a", "hami.io/webhook": "ignore"}));
+        let m = |v: Value| LabelSelector::from_object(Some(&v)).unwrap().matches(&p);
+        assert!(m(json!({})));
+        assert!(m(json!({"matchLabels": {"app": "a"}})));
+        assert!(!m(
+            json!({"matchExpressions": [{"key": "hami.io/webhook", "operator": "NotIn", "values": ["ignore"]}]})
+        ));
+        assert!(m(
+            json!({"matchExpressions": [{"key": "x", "operator": "DoesNotExist"}, {"key": "app", "operator": "In", "values": ["a", "b"]}]})
+        ));
+        assert!(LabelSelector::from_object(None).unwrap().matches(&p));
+        for bad in [
+            json!({"matchExpressions": [{"key": "x", "operator": "In"}]}),
+            json!({"matchExpressions": [{"key": "x", "operator": "Exists", "values": ["y"]}]}),
+            json!({"matchExpressions": [{"key": "x", "operator": "Near"}]}),
+            json!({"matchLabels": {"x": 1}}),
+        ] {
+            assert!(LabelSelector::from_object(Some(&bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn field_selectors() {
         let p = pod(json!({}));
         let m = |s: &str| FieldSelector::parse("pods", s).unwrap().matches(&p);
@@ -245,5 +330,9 @@ mod tests {
         assert!(!m("spec.nodeName!="));
         assert!(FieldSelector::parse("pods", "spec.foo=x").is_err());
         assert!(FieldSelector::parse("pods", "nonsense").is_err());
+        let ev = json!({"metadata": {"name": "e"}, "source": {"component": "kubelet"}, "involvedObject": {"uid": "u1"}});
+        let e = |s: &str| FieldSelector::parse("events", s).unwrap().matches(&ev);
+        assert!(e("source=kubelet,involvedObject.uid=u1"));
+        assert!(!e("source=scheduler"));
     }
 }

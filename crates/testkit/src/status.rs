@@ -32,6 +32,18 @@ pub enum ApiError {
     InternalError { message: String },
     #[error("{message}")]
     Timeout { message: String },
+    #[error("{message}")]
+    Forbidden { message: String },
+    /// The `Accept` header named no representation the emulator produces.
+    #[error("{message}")]
+    NotAcceptable { message: String },
+    /// A Status someone else decided on (an admission webhook's denial).
+    #[error("{message}")]
+    Other {
+        code: u16,
+        reason: String,
+        message: String,
+    },
 }
 
 impl ApiError {
@@ -77,11 +89,14 @@ impl ApiError {
             Self::RequestEntityTooLarge { .. } => 413,
             Self::InternalError { .. } => 500,
             Self::Timeout { .. } => 504,
+            Self::Forbidden { .. } => 403,
+            Self::NotAcceptable { .. } => 406,
+            Self::Other { code, .. } => *code,
         }
     }
 
     /// `Status.reason` as in k8s.io/apimachinery/pkg/apis/meta/v1 `StatusReason`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             Self::NotFound { .. } => "NotFound",
             Self::AlreadyExists { .. } => "AlreadyExists",
@@ -95,12 +110,15 @@ impl ApiError {
             Self::RequestEntityTooLarge { .. } => "RequestEntityTooLarge",
             Self::InternalError { .. } => "InternalError",
             Self::Timeout { .. } => "Timeout",
+            Self::Forbidden { .. } => "Forbidden",
+            Self::NotAcceptable { .. } => "NotAcceptable",
+            Self::Other { reason, .. } => reason,
         }
     }
 
     /// The `Status` object for this error.
     pub fn to_status(&self) -> Value {
-        json!({
+        let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
             "metadata": {},
@@ -108,6 +126,13 @@ impl ApiError {
             "message": self.to_string(),
             "reason": self.reason(),
             "code": self.code(),
-        })
+        });
+        // The real server leaves `reason` out when it has none (StatusReasonUnknown).
+        if self.reason().is_empty()
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("reason");
+        }
+        status
     }
 }

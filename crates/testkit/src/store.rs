@@ -535,6 +535,20 @@ fn defaults(res: &Resource, obj: &mut Value) {
         }
         _ => {}
     }
+    if res.id == resources::PODS.id {
+        crate::defaulting::pod(obj);
+    }
+    if res.id == resources::NAMESPACES.id {
+        // The label kube-apiserver puts on every namespace, which webhook
+        // namespaceSelectors commonly match on.
+        let name = meta(obj, "name").unwrap_or_default();
+        let m = meta_mut(obj);
+        let labels = m.entry("labels").or_insert_with(|| json!({}));
+        if !labels.is_object() {
+            *labels = json!({});
+        }
+        labels["kubernetes.io/metadata.name"] = name.into();
+    }
     let phase = match res.id {
         "pods" => "Pending",
         "namespaces" => "Active",

