@@ -2,7 +2,8 @@
 //!
 //! Both sides live here: the `Registration` service kubelet serves (the test
 //! kit's kubelet emulator implements it, device plugins call it) and the
-//! `DevicePlugin` service every plugin serves (kubelet calls it).
+//! `DevicePlugin` service every plugin serves (kubelet calls it), and [`unix`], the
+//! unix-socket transport both sides use.
 
 #[allow(
     missing_debug_implementations,
@@ -25,3 +26,5 @@ pub const DEVICE_PLUGIN_PATH: &str = "/var/lib/kubelet/device-plugins";
 pub const HEALTHY: &str = "Healthy";
 /// `Device.health` of a device kubelet must not hand out.
 pub const UNHEALTHY: &str = "Unhealthy";
+
+pub mod unix;

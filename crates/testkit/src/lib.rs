@@ -1,5 +1,6 @@
 //! Test kit for hami-rs: an in-process Kubernetes API server emulator that the
-//! real `kube::Client` talks to over plain HTTP on 127.0.0.1.
+//! real `kube::Client` talks to over plain HTTP on 127.0.0.1, and a kubelet
+//! device-manager emulator ([`kubelet`]) that device plugins talk to over unix sockets.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -16,6 +17,7 @@ pub mod faults;
 pub mod fixture;
 mod http;
 pub mod httpclient;
+pub mod kubelet;
 pub mod negotiate;
 pub mod openapi;
 pub mod patch;

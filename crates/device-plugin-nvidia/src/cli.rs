@@ -1,0 +1,251 @@
+//! Command line: every flag also reads an environment variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use hami_server::trace::LogFormat;
+
+/// The NVIDIA device plugin of hami-rs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "hami-device-plugin-nvidia",
+    version,
+    subcommand_negates_reqs = true,
+    about = "NVIDIA device plugin of hami-rs: shares GPUs between containers as HAMi does",
+    long_about = "NVIDIA device plugin of hami-rs, wire-compatible with HAMi.\n\n\
+        Without a subcommand it serves the kubelet device plugin API on \
+        <device-plugin-path>/nvidia-<resource>.sock and registers the resource named by \
+        nvidia.resourceCountName (nvidia.com/gpu), advertising every GPU deviceSplitCount \
+        times. It publishes the node's GPUs in the node annotation hami.io/node-nvidia-register \
+        for the scheduler, and on Allocate gives each container exactly the GPU slice the \
+        scheduler wrote into the pod's annotations (HAMi-core environment and mounts), then \
+        sets hami.io/bind-phase and releases the node lock. It re-registers when kubelet \
+        restarts. Health: NVML Xid/ECC events (DP_DISABLE_HEALTHCHECKS / \
+        DP_ENABLE_HEALTHCHECKS) and a periodic probe; a change counts once it persists.\n\n\
+        Settings come from HAMi's device-config.yaml (nvidia section) with per-node \
+        overrides from config.json. `--backend fake` reads GPUs from a YAML/JSON file \
+        instead of NVML, for clusters without GPUs.\n\n\
+        `hami-device-plugin-nvidia discover` prints the GPUs the backend sees and the \
+        register annotation this node would publish, as JSON, without contacting Kubernetes."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub serve: ServeArgs,
+
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log filter in RUST_LOG syntax (e.g. `info`, `hami_device_plugin=debug,info`);
+    /// RUST_LOG is used when unset.
+    #[arg(long, env = "LOG_LEVEL", global = true)]
+    pub log_level: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the GPUs the backend discovers and the register annotation as JSON, then exit.
+    Discover(DiscoverArgs),
+}
+
+/// Where GPUs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// The NVIDIA driver's NVML library (libnvidia-ml.so.1).
+    Nvml,
+    /// A YAML/JSON device list (--fake-devices), re-read when it changes.
+    Fake,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BackendArgs {
+    /// GPU source.
+    #[arg(long, env = "DEVICE_BACKEND", value_enum, default_value_t = BackendKind::Nvml)]
+    pub backend: BackendKind,
+
+    /// Device list for `--backend fake` (YAML or JSON: `devices: [{uuid, model, memory, numa, healthy}]`).
+    #[arg(long, env = "FAKE_DEVICES", required_if_eq("backend", "fake"))]
+    pub fake_devices: Option<PathBuf>,
+
+    /// Path of libnvidia-ml.so.1 when it is not on the loader's path.
+    #[arg(long, env = "NVML_LIB")]
+    pub nvml_lib: Option<PathBuf>,
+
+    /// How long a GPU must stay bad (or good again) before its health changes.
+    #[arg(long, env = "HEALTH_HOLD", default_value = "10s", value_parser = parse_duration)]
+    pub health_hold: Duration,
+
+    /// How long one critical Xid/ECC event keeps a GPU bad.
+    #[arg(long, env = "HEALTH_WINDOW", default_value = "60s", value_parser = parse_duration)]
+    pub health_window: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// HAMi's device-config.yaml (its `nvidia` section: resourceCountName, deviceSplitCount,
+    /// deviceMemoryScaling, deviceCoreScaling, libCudaLogLevel, disableCoreLimit, ...).
+    /// Chart defaults when unset.
+    #[arg(long, env = "CONFIG_FILE")]
+    pub config_file: Option<PathBuf>,
+
+    /// Per-node overrides (HAMi's config.json: {"nodeconfig":[{"name": <node>, ...}]}).
+    /// A missing file means no overrides.
+    #[arg(long, env = "NODE_CONFIG_FILE", default_value = "/config/config.json")]
+    pub node_config_file: PathBuf,
+
+    /// Host directory of HAMi-core: <hook>/vgpu/libvgpu.so, <hook>/vgpu/ld.so.preload and the
+    /// per-container cache directories <hook>/vgpu/containers/<podUID>_<container>.
+    #[arg(long, env = "HOOK_PATH", default_value = "/usr/local")]
+    pub hook_path: PathBuf,
+
+    /// Mount <hook>/vgpu/libvgpu.so.<VERSION> when that file exists (so a new library never
+    /// replaces the one running containers use).
+    #[arg(long, env = "LIBVGPU_VERSION")]
+    pub libvgpu_version: Option<String>,
+}
+
+/// Flags of the serving mode.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// This node's name (from the downward API).
+    #[arg(long, env = "NODE_NAME", required = true)]
+    pub node_name: Option<String>,
+
+    /// Kubelet's device plugin directory (holds kubelet.sock).
+    #[arg(
+        long,
+        env = "DEVICE_PLUGIN_PATH",
+        default_value = "/var/lib/kubelet/device-plugins"
+    )]
+    pub device_plugin_path: PathBuf,
+
+    /// Admin endpoint (/livez, /readyz, /metrics; plain HTTP).
+    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:9396")]
+    pub admin_address: SocketAddr,
+
+    /// How often the node's register annotation is checked (it is also written at once
+    /// whenever the GPUs change).
+    #[arg(long, env = "REGISTER_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    pub register_interval: Duration,
+
+    /// kubeconfig file; in-cluster config (or KUBECONFIG) when unset.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// Flags of `discover`.
+#[derive(Debug, Clone, Args)]
+pub struct DiscoverArgs {
+    /// Apply this node's entry of the node config (optional here).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+
+    #[command(flatten)]
+    pub backend: BackendArgs,
+
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// A Go-style duration (`500ms`, `30s`, `1m30s`, `1.5h`) or plain seconds (`30`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let bad = || format!("{text:?} is not a duration (e.g. 500ms, 30s, 1m30s)");
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t.parse().map(Duration::from_secs).map_err(|_| bad());
+    }
+    let mut rest = t;
+    let mut nanos = 0f64;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let n_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, tail) = rest.split_at(n_end);
+        let value: f64 = number.parse().map_err(|_| bad())?;
+        let u_end = tail
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(u_end);
+        let scale = match unit {
+            "ns" => 1.0,
+            "us" | "µs" => 1e3,
+            "ms" => 1e6,
+            "s" => 1e9,
+            "m" => 60e9,
+            "h" => 3600e9,
+            _ => {
+                return Err(format!(
+                    "{text:?}: unknown unit {unit:?} (use ns, us, ms, s, m or h)"
+                ));
+            }
+        };
+        nanos += value * scale;
+        rest = tail;
+    }
+    if !nanos.is_finite() || nanos >= u64::MAX as f64 {
+        return Err(bad());
+    }
+    Ok(Duration::from_nanos(nanos as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("s").is_err());
+        assert!(parse_duration("").is_err());
+        assert!(parse_duration("3d").is_err());
+        assert!(parse_duration("1..2s").is_err());
+    }
+
+    #[test]
+    fn node_name_is_required_to_serve_but_not_to_discover() {
+        let err = Cli::try_parse_from(["x"]).unwrap_err();
+        assert!(err.to_string().contains("--node-name"), "{err}");
+        let cli = Cli::try_parse_from(["x", "--node-name", "n1"]).unwrap();
+        assert_eq!(cli.serve.node_name.as_deref(), Some("n1"));
+        assert_eq!(cli.serve.backend.backend, BackendKind::Nvml);
+        assert_eq!(cli.serve.register_interval, Duration::from_secs(30));
+        assert_eq!(cli.serve.config.hook_path, PathBuf::from("/usr/local"));
+        let cli = Cli::try_parse_from([
+            "x",
+            "discover",
+            "--backend",
+            "fake",
+            "--fake-devices",
+            "d.yaml",
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, Some(Command::Discover(_))));
+        let err = Cli::try_parse_from(["x", "discover", "--backend", "fake"]).unwrap_err();
+        assert!(err.to_string().contains("--fake-devices"), "{err}");
+    }
+}

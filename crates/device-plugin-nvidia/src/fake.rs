@@ -1,0 +1,262 @@
+//! A GPU-less backend for demos and test clusters: devices come from a small YAML or JSON
+//! file, re-read whenever it changes (edit `healthy: false` to fail a GPU).
+//!
+//! ```yaml
+//! devices:
+//!   - uuid: GPU-fake-0
+//!     model: Tesla T4        # registered as NVIDIA-Tesla T4
+//!     memory: 15360          # MiB
+//!     numa: 0                # optional
+//!     healthy: true          # optional, default true
+//!     index: 0               # optional, default: position in the list
+//! ```
+//! A bare list of devices is accepted as well.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hami_device_plugin::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
+use notify::Watcher;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::nvml::device_type;
+
+const NAME: &str = "fake";
+/// Re-read period besides inotify (ConfigMap volumes swap symlinks, which some setups miss).
+const POLL: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FakeFile {
+    Wrapped { devices: Vec<FakeDevice> },
+    List(Vec<FakeDevice>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FakeDevice {
+    uuid: String,
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default = "default_model")]
+    model: String,
+    /// MiB.
+    memory: u64,
+    #[serde(default)]
+    numa: Option<i32>,
+    #[serde(default = "yes")]
+    healthy: bool,
+}
+
+fn default_model() -> String {
+    "Fake GPU".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Why a device file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a device list (expected `devices: [{{uuid, memory, ...}}]`): {detail}")]
+    Parse { path: PathBuf, detail: String },
+    #[error("{path}: {detail}")]
+    Invalid { path: PathBuf, detail: String },
+}
+
+/// Parses a device file's text.
+pub fn parse_devices(text: &str, path: &Path) -> Result<Vec<PhysicalDevice>, FakeError> {
+    let file: FakeFile = serde_yaml_ng::from_str(text).map_err(|e| FakeError::Parse {
+        path: path.to_path_buf(),
+        detail: e.to_string(),
+    })?;
+    let list = match file {
+        FakeFile::Wrapped { devices } | FakeFile::List(devices) => devices,
+    };
+    let invalid = |detail: String| FakeError::Invalid {
+        path: path.to_path_buf(),
+        detail,
+    };
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, d) in list.into_iter().enumerate() {
+        let uuid = d.uuid.trim().to_string();
+        if uuid.is_empty() || uuid.contains([',', ':', ';']) {
+            return Err(invalid(format!(
+                "device #{i}: uuid {uuid:?} is empty or contains , : or ;"
+            )));
+        }
+        if !seen.insert(uuid.clone()) {
+            return Err(invalid(format!("device #{i}: uuid {uuid} appears twice")));
+        }
+        if d.memory == 0 {
+            return Err(invalid(format!("device {uuid}: memory must be > 0 MiB")));
+        }
+        out.push(PhysicalDevice {
+            uuid,
+            index: d.index.unwrap_or(i as u32),
+            model: device_type(d.model.trim()),
+            memory_mib: d.memory,
+            numa: d.numa,
+            healthy: d.healthy,
+        });
+    }
+    Ok(out)
+}
+
+/// Reads and parses the device file.
+pub fn read_devices(path: &Path) -> Result<Vec<PhysicalDevice>, FakeError> {
+    let text = std::fs::read_to_string(path).map_err(|source| FakeError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_devices(&text, path)
+}
+
+#[derive(Debug)]
+pub struct FakeBackend {
+    path: PathBuf,
+}
+
+impl FakeBackend {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FakeBackend { path: path.into() }
+    }
+}
+
+impl DeviceBackend for FakeBackend {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn discover(&self) -> Result<Vec<PhysicalDevice>, BackendError> {
+        read_devices(&self.path).map_err(|e| BackendError::Discovery {
+            backend: NAME.into(),
+            detail: e.to_string(),
+        })
+    }
+
+    fn watch(
+        &self,
+        devices: &[PhysicalDevice],
+        events: mpsc::Sender<BackendEvent>,
+        shutdown: CancellationToken,
+    ) -> Result<(), BackendError> {
+        let (wake_tx, wake_rx) = mpsc::channel::<()>(1);
+        let dir = self
+            .path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+            if e.is_ok() {
+                let _ = wake_tx.try_send(());
+            }
+        })
+        .and_then(|mut w| {
+            w.watch(&dir, notify::RecursiveMode::NonRecursive)?;
+            Ok(w)
+        });
+        let watcher = match watcher {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!(error = %e, dir = %dir.display(), "cannot watch the fake device file; re-reading it every {POLL:?}");
+                None
+            }
+        };
+        tokio::spawn(reload_loop(
+            self.path.clone(),
+            devices.to_vec(),
+            events,
+            wake_rx,
+            watcher,
+            shutdown,
+        ));
+        Ok(())
+    }
+}
+
+async fn reload_loop(
+    path: PathBuf,
+    mut last: Vec<PhysicalDevice>,
+    events: mpsc::Sender<BackendEvent>,
+    mut wake: mpsc::Receiver<()>,
+    _watcher: Option<notify::RecommendedWatcher>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = wake.recv() => {}
+            _ = tokio::time::sleep(POLL) => {}
+        }
+        match read_devices(&path) {
+            Ok(devices) if devices != last => {
+                tracing::info!(path = %path.display(), devices = devices.len(), "fake device file changed");
+                last = devices.clone();
+                if events.send(BackendEvent::Devices(devices)).await.is_err() {
+                    return;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "fake device file unreadable; keeping the previous devices")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_json_and_defaults() {
+        let p = Path::new("devices.yaml");
+        let d = parse_devices(
+            "devices:\n  - uuid: GPU-0\n    model: Tesla T4\n    memory: 15360\n    numa: 1\n  - uuid: GPU-1\n    memory: 100\n    healthy: false\n    index: 7\n",
+            p,
+        )
+        .unwrap();
+        assert_eq!(d[0].model, "NVIDIA-Tesla T4");
+        assert_eq!((d[0].index, d[0].numa, d[0].healthy), (0, Some(1), true));
+        assert_eq!(
+            (d[1].index, d[1].model.as_str(), d[1].healthy),
+            (7, "NVIDIA-Fake GPU", false)
+        );
+        let j = parse_devices(
+            r#"[{"uuid":"GPU-9","model":"NVIDIA A100","memory":40960}]"#,
+            p,
+        )
+        .unwrap();
+        assert_eq!(j[0].model, "NVIDIA A100");
+    }
+
+    #[test]
+    fn bad_files_say_why() {
+        let p = Path::new("d.yaml");
+        let msg = |t: &str| parse_devices(t, p).unwrap_err().to_string();
+        assert!(msg("devices: 3").contains("not a device list"));
+        assert!(msg("- {uuid: a, memory: 1, colour: red}").contains("not a device list"));
+        assert!(msg("- {uuid: a, memory: 1}\n- {uuid: a, memory: 1}").contains("appears twice"));
+        assert!(msg("- {uuid: '', memory: 1}").contains("empty"));
+        assert!(msg("- {uuid: 'a,b', memory: 1}").contains("contains"));
+        assert!(msg("- {uuid: a, memory: 0}").contains("memory must be > 0"));
+        assert!(
+            read_devices(Path::new("/nonexistent/x.yaml"))
+                .unwrap_err()
+                .to_string()
+                .contains("cannot read")
+        );
+    }
+}

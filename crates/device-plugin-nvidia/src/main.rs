@@ -1,0 +1,25 @@
+use anyhow::Context;
+use clap::Parser;
+use hami_device_plugin_nvidia::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // Ignored when already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    hami_server::trace::init_tracing(cli.log_format, cli.log_level.as_deref())?;
+    match cli.command {
+        None => {
+            let shutdown = hami_server::shutdown::shutdown_on_signals();
+            hami_device_plugin_nvidia::run::run(cli.serve, shutdown)
+                .await
+                .context("hami-device-plugin-nvidia failed")
+        }
+        Some(Command::Discover(args)) => {
+            let report =
+                hami_device_plugin_nvidia::discover::discover(&args).context("discovery failed")?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! hami-device-plugin: a vendor-neutral kubelet device plugin that speaks HAMi's protocol.
+//!
+//! A vendor supplies a [`DeviceBackend`] (devices, memory, model, NUMA, health events) and a
+//! [`PluginConfig`]; [`Plugin::run`] does the rest:
+//!
+//! - **Serve, then register** (`lifecycle`): the `DevicePlugin` service on
+//!   `<plugin dir>/<socket>` (a stale socket is removed first), then `Register` with kubelet
+//!   (`v1beta1`, endpoint = socket file name, options). inotify on the directory notices a
+//!   re-created `kubelet.sock` (kubelet restarted) or our socket disappearing; the server is
+//!   then stopped (ending its ListAndWatch streams), served again and registered again.
+//!   Graceful shutdown ends open ListAndWatch streams and removes the socket.
+//! - **ListAndWatch**: each physical device `split_count` times as `<uuid>-<i>`, sent at once
+//!   and again whenever health or devices change, with NUMA topology when enabled.
+//! - **Inventory publisher**: the node annotation `hami.io/node-nvidia-register` (HAMi's JSON
+//!   form) written only when the node's value differs, checked every `register_interval`
+//!   and on every change, retried with backoff; the handshake policy is described in
+//!   `publisher`.
+//! - **Allocate** (`allocate`): finds the pod kubelet is admitting (node lock owner, else
+//!   the oldest pod on this node in bind-phase `allocating`), consumes the next non-empty
+//!   container entry of `hami.io/vgpu-devices-to-allocate` per container request, checks the
+//!   count, answers with HAMi-core's environment and mounts, rewrites the annotation, and
+//!   sets `bind-phase=success` + releases the node lock once the pod is fully allocated. Any
+//!   failure sets `bind-phase=failed`, releases the lock and returns an error that tells the
+//!   user what went wrong.
+//! - **GetPreferredAllocation**: replicas of the GPUs annotated for the pending pod.
+//!
+//! Deliberate differences from HAMi v2.10 (wire formats unchanged): the GPUs handed to a
+//! container are always the ones the scheduler annotated (HAMi swaps in kubelet's choice
+//! when preferred allocation is on, which can give a container a GPU the scheduler never
+//! accounted); the rewritten to-allocate value keeps the scheduler's number of entries
+//! (HAMi's grows by one `;` per call); a pod that the scheduler did not place (no
+//! bind-phase/bind-time, other node) is never picked; the pending-pod fallback takes the
+//! oldest pod, not the first listed; GetDevicePluginOptions answers what was registered.
+
+mod allocate;
+pub mod backend;
+mod backoff;
+pub mod config;
+pub mod hamicore;
+pub mod health;
+pub mod inventory;
+mod lifecycle;
+pub mod metrics;
+pub mod pending;
+mod preferred;
+mod publisher;
+mod service;
+mod shared;
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use allocate::AllocateError;
+pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
+pub use config::{ConfigError, DeviceFilter, HamiCoreSettings, PluginConfig, VendorSpec};
+pub use inventory::Inventory;
+pub use lifecycle::LifecycleError;
+pub use metrics::Metrics;
+pub use publisher::PublishError;
+pub use service::plugin_options;
+pub use shared::PluginStatus;
+
+use shared::Shared;
+
+/// Why the plugin could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("invalid configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Lifecycle(#[from] LifecycleError),
+}
+
+/// A device plugin ready to run.
+pub struct Plugin {
+    shared: Arc<Shared>,
+    backend: Arc<dyn DeviceBackend>,
+    status: watch::Sender<PluginStatus>,
+}
+
+impl std::fmt::Debug for Plugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plugin")
+            .field("config", &self.shared.cfg)
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Plugin {
+    /// Validates the configuration and discovers the devices.
+    pub fn new(
+        cfg: PluginConfig,
+        backend: Arc<dyn DeviceBackend>,
+        kube: kube::Client,
+        metrics: Metrics,
+    ) -> Result<Self, PluginError> {
+        cfg.validate()?;
+        let devices = backend.discover()?;
+        let inventory = Inventory::new(devices, &cfg);
+        tracing::info!(
+            backend = backend.name(),
+            node = %cfg.node_name,
+            resource = %cfg.resource_name,
+            devices = inventory.devices().len(),
+            split = cfg.split_count,
+            "devices discovered"
+        );
+        for d in inventory.devices() {
+            tracing::info!(uuid = %d.uuid, index = d.index, model = %d.model, memory_mib = d.memory_mib, numa = ?d.numa, healthy = d.healthy, "device");
+        }
+        let shared = Shared {
+            cfg: Arc::new(cfg),
+            inventory: watch::channel(inventory).0,
+            kube,
+            allocate_lock: tokio::sync::Mutex::new(()),
+            metrics,
+            events: None,
+        };
+        Ok(Plugin {
+            shared: Arc::new(shared),
+            backend,
+            status: watch::channel(PluginStatus::default()).0,
+        })
+    }
+
+    /// Writes a Warning event on pods whose allocation fails.
+    pub fn with_events(mut self, events: hami_k8s::events::Recorder) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.events = Some(events);
+        }
+        self
+    }
+
+    /// Registration and publishing progress.
+    pub fn status(&self) -> watch::Receiver<PluginStatus> {
+        self.status.subscribe()
+    }
+
+    /// The devices as published now.
+    pub fn inventory(&self) -> watch::Receiver<Inventory> {
+        self.shared.inventory.subscribe()
+    }
+
+    pub fn config(&self) -> &PluginConfig {
+        &self.shared.cfg
+    }
+
+    /// Runs until `shutdown` is cancelled, then withdraws the devices and stops serving.
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), PluginError> {
+        let (tx, rx) = mpsc::channel(64);
+        let devices = self.shared.inventory().devices().to_vec();
+        self.backend.watch(&devices, tx, shutdown.child_token())?;
+        let events = tokio::spawn(apply_backend_events(self.shared.clone(), rx));
+        let publisher = tokio::spawn(publisher::run(
+            self.shared.clone(),
+            self.status.clone(),
+            shutdown.clone(),
+        ));
+        let served =
+            lifecycle::run(self.shared.clone(), self.status.clone(), shutdown.clone()).await;
+        // Whatever ended serving ends the rest.
+        shutdown.cancel();
+        if let Err(e) = publisher.await {
+            tracing::warn!(error = %e, "inventory publisher task failed");
+        }
+        events.abort();
+        served.map_err(PluginError::from)
+    }
+}
+
+async fn apply_backend_events(shared: Arc<Shared>, mut rx: mpsc::Receiver<BackendEvent>) {
+    while let Some(event) = rx.recv().await {
+        match event {
+            BackendEvent::Health {
+                uuid,
+                healthy,
+                reason,
+            } => {
+                let changed = shared
+                    .inventory
+                    .send_if_modified(|inv| inv.set_health(&uuid, healthy));
+                if changed {
+                    tracing::warn!(%uuid, healthy, %reason, "device health changed");
+                }
+            }
+            BackendEvent::Devices(devices) => {
+                let next = Inventory::new(devices, &shared.cfg);
+                let changed = shared.inventory.send_if_modified(|inv| {
+                    let differs = *inv != next;
+                    if differs {
+                        *inv = next.clone();
+                    }
+                    differs
+                });
+                if changed {
+                    tracing::info!(devices = next.devices().len(), "device list changed");
+                }
+            }
+        }
+    }
+}

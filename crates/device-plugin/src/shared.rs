@@ -1,0 +1,48 @@
+//! State shared by the gRPC service, the publisher and the lifecycle loop.
+
+use std::sync::Arc;
+
+use hami_k8s::events::Recorder;
+use tokio::sync::watch;
+
+use crate::config::PluginConfig;
+use crate::inventory::Inventory;
+use crate::metrics::Metrics;
+
+/// What a running plugin has achieved so far (for readiness and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginStatus {
+    /// Registered with the current kubelet.
+    pub registered: bool,
+    /// Successful registrations since start (a kubelet restart adds one).
+    pub registrations: u64,
+    /// The node's register annotation matches the inventory.
+    pub published: bool,
+    /// The last error of the inventory publisher, cleared by a success.
+    pub publish_error: Option<String>,
+}
+
+pub(crate) struct Shared {
+    pub cfg: Arc<PluginConfig>,
+    pub inventory: watch::Sender<Inventory>,
+    pub kube: kube::Client,
+    /// HAMi serialises Allocate: two containers must not consume the same annotation entry.
+    pub allocate_lock: tokio::sync::Mutex<()>,
+    pub metrics: Metrics,
+    pub events: Option<Recorder>,
+}
+
+impl Shared {
+    pub fn inventory(&self) -> Inventory {
+        self.inventory.borrow().clone()
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("cfg", &self.cfg)
+            .field("inventory", &*self.inventory.borrow())
+            .finish_non_exhaustive()
+    }
+}
