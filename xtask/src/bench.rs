@@ -208,6 +208,21 @@ async fn time_filters(
     Ok(latencies)
 }
 
+/// Asks the extender to shut down (SIGTERM, as kubelet does), killing it if it does not
+/// exit within a few seconds.
+async fn stop(child: &mut tokio::process::Child, pid: u32) {
+    let _ = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .await;
+    if tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}
+
 /// Mean of a histogram on the admin port's /metrics, in µs.
 async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
@@ -332,7 +347,7 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     .await??;
     let (rss, hwm) = rss_mib(pid)?;
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
-    let _ = child.kill().await;
+    stop(&mut child, pid).await;
     let _ = std::fs::remove_dir_all(&dir);
     let mean =
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;

@@ -65,12 +65,12 @@ fn cluster(nodes: usize, gpus: usize, pods: usize) -> (Ledger, Vec<String>) {
         let n = rng.next(nodes as u64) as usize;
         let g = rng.next(gpus as u64) as usize;
         ledger.apply_pod(PodRecord {
-            uid: format!("pod-{p}"),
+            uid: format!("pod-{p}").into(),
             namespace: "default".into(),
-            name: format!("pod-{p}"),
-            node: names[n].clone(),
+            name: format!("pod-{p}").into(),
+            node: names[n].as_str().into(),
             charges: vec![DeviceCharge {
-                uuid: format!("GPU-{n:05}-{g:02}"),
+                uuid: format!("GPU-{n:05}-{g:02}").into(),
                 slots: 1,
                 mem: 1024 * (1 + rng.next(4)),
                 cores: 5 * rng.next(3),

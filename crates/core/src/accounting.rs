@@ -6,6 +6,7 @@
 //! app containers and under every regular init container declared after them.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::model::ContainerDevices;
 use crate::request::ContainerKind;
@@ -13,7 +14,7 @@ use crate::request::ContainerKind;
 /// What one pod holds on one device.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeviceCharge {
-    pub uuid: String,
+    pub uuid: Arc<str>,
     /// Containers of the pod on the device (at least 1).
     pub slots: u32,
     pub mem: u64,
@@ -85,7 +86,7 @@ pub fn collapse(containers: &[ContainerDevices], kinds: &[ContainerKind]) -> Vec
     }
     all.into_iter()
         .map(|(uuid, d)| DeviceCharge {
-            uuid: uuid.to_string(),
+            uuid: uuid.into(),
             slots: d.slots.max(1),
             mem: d.mem,
             cores: d.cores,

@@ -4,10 +4,11 @@
 //! Usage = inventory − Σ records. Applying or deleting a pod touches only the devices
 //! it holds, so the placement engine reads usage without rescanning pods.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::accounting::{DeviceCharge, collapse};
 use crate::annotations as keys;
@@ -124,12 +125,15 @@ fn dedup_devices(
 }
 
 /// What one pod holds, on which node.
+///
+/// Strings are shared (`Arc<str>`): the ledger interns namespaces, node names and device
+/// UUIDs, so tens of thousands of records cost little more than their numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodRecord {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
-    pub node: String,
+    pub uid: Arc<str>,
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub node: Arc<str>,
     pub charges: Vec<DeviceCharge>,
 }
 
@@ -183,10 +187,10 @@ impl PodRecord {
             charges.extend(collapse(&devices, &kinds));
         }
         Ok(Some(PodRecord {
-            uid,
-            namespace,
-            name,
-            node: node.clone(),
+            uid: uid.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            node: node.as_str().into(),
             charges,
         }))
     }
@@ -201,10 +205,10 @@ impl PodRecord {
         kinds: &[ContainerKind],
     ) -> Self {
         PodRecord {
-            uid: uid.to_string(),
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-            node: node.to_string(),
+            uid: uid.into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            node: node.into(),
             charges: devices.values().flat_map(|d| collapse(d, kinds)).collect(),
         }
     }
@@ -230,21 +234,16 @@ pub fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
 #[derive(Debug, Clone)]
 pub struct NodeState {
     name: String,
-    inventory: NodeInventory,
+    /// Shared with whoever registered it (the extender keeps it to restore a vendor
+    /// taken out of scheduling).
+    inventory: Arc<NodeInventory>,
     /// Per vendor group, per device.
     usage: Vec<Vec<Usage>>,
     facts: Vec<Vec<DeviceFacts>>,
-    by_uuid: HashMap<String, (usize, usize)>,
 }
 
 impl NodeState {
-    fn new(name: &str, inventory: NodeInventory) -> Self {
-        let mut by_uuid = HashMap::new();
-        for (g, vd) in inventory.vendors.iter().enumerate() {
-            for (i, d) in vd.devices.iter().enumerate() {
-                by_uuid.entry(d.id.clone()).or_insert((g, i));
-            }
-        }
+    fn new(name: &str, inventory: Arc<NodeInventory>) -> Self {
         let usage = inventory
             .vendors
             .iter()
@@ -265,8 +264,17 @@ impl NodeState {
             inventory,
             usage,
             facts,
-            by_uuid,
         }
+    }
+
+    /// Where the device with this UUID is (group, index). Nodes have a handful of
+    /// devices: a scan is cheaper than an index kept per node.
+    fn position(&self, uuid: &str) -> Option<(usize, usize)> {
+        self.inventory
+            .vendors
+            .iter()
+            .enumerate()
+            .find_map(|(g, vd)| vd.devices.iter().position(|d| d.id == uuid).map(|i| (g, i)))
     }
 
     pub fn name(&self) -> &str {
@@ -336,8 +344,8 @@ impl NodeState {
     fn charge(&mut self, charges: &[DeviceCharge], add: bool) -> Vec<String> {
         let mut unknown = Vec::new();
         for c in charges {
-            match self.by_uuid.get(&c.uuid) {
-                Some(&(g, i)) => {
+            match self.position(&c.uuid) {
+                Some((g, i)) => {
                     let u = &mut self.usage[g][i];
                     if add {
                         u.add(c.slots, c.mem, c.cores);
@@ -345,7 +353,7 @@ impl NodeState {
                         u.sub(c.slots, c.mem, c.cores);
                     }
                 }
-                None => unknown.push(c.uuid.clone()),
+                None => unknown.push(c.uuid.to_string()),
             }
         }
         unknown
@@ -366,9 +374,18 @@ pub struct ApplyReport {
 pub struct Ledger {
     /// Hashed: the placement engine looks every candidate up by name.
     nodes: FxHashMap<String, NodeState>,
-    pods: HashMap<String, PodRecord>,
-    pods_by_node: HashMap<String, BTreeSet<String>>,
+    /// Keyed by the record's own UID (shared, not copied).
+    pods: FxHashMap<Arc<str>, PodRecord>,
+    pods_by_node: FxHashMap<Arc<str>, FxHashSet<Arc<str>>>,
+    /// Namespaces, node names and device UUIDs the records share.
+    interned: FxHashSet<Arc<str>>,
+    /// Records removed since unused interned strings were last dropped.
+    removed_since_prune: usize,
 }
+
+/// Removals between two sweeps of interned strings nobody uses any more (deleted nodes
+/// and namespaces would otherwise stay for the life of the process).
+const PRUNE_EVERY: usize = 8192;
 
 impl Ledger {
     pub fn new() -> Self {
@@ -377,11 +394,12 @@ impl Ledger {
 
     /// Registers or replaces a node's inventory; its usage is rebuilt from the pods
     /// recorded on it (only this node's pods are visited).
-    pub fn set_node(&mut self, name: &str, inventory: NodeInventory) {
+    pub fn set_node(&mut self, name: &str, inventory: impl Into<Arc<NodeInventory>>) {
+        let inventory = inventory.into();
         if self
             .nodes
             .get(name)
-            .is_some_and(|n| n.inventory == inventory)
+            .is_some_and(|n| Arc::ptr_eq(&n.inventory, &inventory) || n.inventory == inventory)
         {
             return;
         }
@@ -403,13 +421,20 @@ impl Ledger {
 
     /// Records a pod's holding, replacing any earlier record for the same UID.
     /// Applying the same record twice changes nothing.
-    pub fn apply_pod(&mut self, record: PodRecord) -> ApplyReport {
+    pub fn apply_pod(&mut self, mut record: PodRecord) -> ApplyReport {
         if self.pods.get(&record.uid) == Some(&record) {
             return ApplyReport::default();
         }
         self.remove_pod(&record.uid);
+        record.namespace = self.intern(&record.namespace);
+        record.node = self.intern(&record.node);
+        for c in &mut record.charges {
+            c.uuid = self.intern(&c.uuid);
+        }
+        // Records live as long as their pods; `extend` leaves room for four charges.
+        record.charges.shrink_to_fit();
         let mut report = ApplyReport::default();
-        match self.nodes.get_mut(&record.node) {
+        match self.nodes.get_mut(&*record.node) {
             Some(node) => report.unknown_devices = node.charge(&record.charges, true),
             None => report.unknown_node = true,
         }
@@ -421,10 +446,26 @@ impl Ledger {
         report
     }
 
+    /// A shared copy of `s`: the same allocation for every record that names it.
+    pub fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.interned.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.interned.insert(a.clone());
+        a
+    }
+
     /// Releases a pod's holding. Deleting an unknown UID is a no-op.
     pub fn remove_pod(&mut self, uid: &str) -> Option<PodRecord> {
         let rec = self.pods.remove(uid)?;
-        if let Some(node) = self.nodes.get_mut(&rec.node) {
+        self.removed_since_prune += 1;
+        if self.removed_since_prune >= PRUNE_EVERY {
+            self.removed_since_prune = 0;
+            // Still referenced by a record besides the set itself, or dropped.
+            self.interned.retain(|a| Arc::strong_count(a) > 1);
+        }
+        if let Some(node) = self.nodes.get_mut(&*rec.node) {
             node.charge(&rec.charges, false);
         }
         if let Some(set) = self.pods_by_node.get_mut(&rec.node) {
@@ -473,7 +514,7 @@ impl Ledger {
     pub fn recomputed_usage(&self, name: &str) -> Option<Vec<Vec<Usage>>> {
         let node = self.nodes.get(name)?;
         let mut fresh = NodeState::new(name, node.inventory.clone());
-        for rec in self.pods.values().filter(|r| r.node == name) {
+        for rec in self.pods.values().filter(|r| &*r.node == name) {
             fresh.charge(&rec.charges, true);
         }
         Some(fresh.usage)

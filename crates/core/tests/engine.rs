@@ -390,7 +390,7 @@ fn defaults_apply_when_pod_has_no_policy() {
 #[test]
 fn fit_node_reports_insufficient_devices_for_nodes_without_vendor() {
     let mut ledger = Ledger::new();
-    ledger.set_node("empty", Default::default());
+    ledger.set_node("empty", hami_core::ledger::NodeInventory::default());
     let node = ledger.node("empty").unwrap();
     let err = fit_node(&plan(&gpu_pod("p", 1, 1, 0)), &registry(), node).unwrap_err();
     assert_eq!(err, FitFailure::InsufficientDevices);

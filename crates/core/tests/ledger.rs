@@ -24,8 +24,8 @@ fn placed_pod(name: &str, node: &str, allocated: &str) -> k8s_openapi::api::core
 fn records_come_from_allocated_annotations() {
     let p = placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;");
     let rec = PodRecord::from_pod(&p, &registry()).unwrap().unwrap();
-    assert_eq!(rec.node, "n");
-    assert_eq!(rec.uid, "uid-a");
+    assert_eq!(&*rec.node, "n");
+    assert_eq!(&*rec.uid, "uid-a");
     assert_eq!(rec.charges.len(), 1);
     assert_eq!(
         (

@@ -123,11 +123,11 @@ fn assert_invariants(ledger: &Ledger, exclusive: &std::collections::BTreeSet<Str
             }
         }
     }
-    for rec in ledger.pods().filter(|r| exclusive.contains(&r.uid)) {
+    for rec in ledger.pods().filter(|r| exclusive.contains(&*r.uid)) {
         for c in &rec.charges {
             let node = ledger.node(&rec.node).unwrap();
             let (vd, us) = node.groups().next().unwrap();
-            let i = vd.devices.iter().position(|d| d.id == c.uuid).unwrap();
+            let i = vd.devices.iter().position(|d| *d.id == *c.uuid).unwrap();
             assert_eq!(us[i].used, c.slots, "exclusive device {} is shared", c.uuid);
         }
     }

@@ -120,6 +120,16 @@ pub struct Cli {
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     pub max_body_bytes: usize,
 
+    /// Threads serving HTTP and watches (0: one per CPU, at most 4). kube-scheduler
+    /// calls one /filter at a time, so a few suffice; each costs memory.
+    #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
+    pub worker_threads: usize,
+
+    /// Threads that scan large clusters in parallel during /filter (0: one per CPU, at
+    /// most 8; 1 disables the parallel scan).
+    #[arg(long, env = "PLACEMENT_THREADS", default_value_t = 0)]
+    pub placement_threads: usize,
+
     /// Log line format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -60,7 +60,7 @@ impl Registry {
     /// Judges every node's device plugins on a timer and after node changes.
     pub async fn run(self, mut changes: watch::Receiver<u64>, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(100)));
-        let mut seen: HashMap<(String, String), String> = HashMap::new();
+        let mut seen: HashMap<(String, String), u64> = HashMap::new();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -111,13 +111,13 @@ impl Registry {
 
     /// One judgement of every node and vendor; returns handshake writes and health
     /// changes.
-    fn round(&self, seen: &mut HashMap<(String, String), String>) -> (Vec<Write>, Vec<Transition>) {
+    fn round(&self, seen: &mut HashMap<(String, String), u64>) -> (Vec<Write>, Vec<Transition>) {
         let now = chrono::Local::now().naive_local();
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut verdicts = Vec::new();
         let mut writes = Vec::new();
         for (name, entry) in st.nodes() {
-            for v in self.registry.vendors() {
+            for (v, state) in self.registry.vendors().iter().zip(&entry.vendors) {
                 let vendor = v.common_word();
                 let Some(key) = v.handshake_annotation() else {
                     continue;
@@ -125,21 +125,20 @@ impl Registry {
                 if !entry.inventory.vendors.iter().any(|g| g.vendor == vendor) {
                     continue;
                 }
-                let handshake = entry.handshakes.get(vendor).cloned().flatten();
                 // A registration that changed since the last round proves the plugin is
                 // alive, like an answer to the handshake.
-                let registration = entry
-                    .shaping
-                    .get(v.register_annotation())
-                    .cloned()
-                    .unwrap_or_default();
+                let registration = state.registration.unwrap_or_default();
                 let fresh = seen
-                    .insert((name.clone(), vendor.to_string()), registration.clone())
+                    .insert((name.clone(), vendor.to_string()), registration)
                     .is_some_and(|old| old != registration);
-                let answered = if fresh { None } else { handshake.as_deref() };
+                let answered = if fresh {
+                    None
+                } else {
+                    state.handshake.as_deref()
+                };
                 let verdict = judge(
                     answered,
-                    entry.allocatable.get(vendor).copied(),
+                    state.allocatable,
                     v.count_resource(),
                     now,
                     self.handshake_timeout,

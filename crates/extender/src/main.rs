@@ -7,14 +7,27 @@ use hami_scheduler::cli::Cli;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     // Ignored when already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     hami_server::trace::init_tracing(cli.log_format, cli.log_level.as_deref())?;
-    let shutdown = hami_server::shutdown::shutdown_on_signals();
-    hami_scheduler::run::run(cli, shutdown)
-        .await
-        .context("hami-scheduler failed")
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let pick = |asked: usize, cap: usize| if asked == 0 { cpus.min(cap) } else { asked };
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(pick(cli.placement_threads, 8))
+        .thread_name(|i| format!("placement-{i}"))
+        .build_global()
+        .context("starting the placement threads")?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(pick(cli.worker_threads, 4))
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let shutdown = hami_server::shutdown::shutdown_on_signals();
+        hami_scheduler::run::run(cli, shutdown)
+            .await
+            .context("hami-scheduler failed")
+    })
 }

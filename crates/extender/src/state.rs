@@ -13,8 +13,15 @@
 //!   holds them only until `hami.io/vgpu-time` + the reservation timeout, so a pod whose
 //!   bind never happened cannot block idle GPUs for ever (HAMi's phantom reservations);
 //! - a pod bound to another node than its annotations name holds nothing.
+//!
+//! Memory: a cluster of 5,000 nodes and 50,000 pods must fit in a few tens of MiB, so
+//! what a pod holds lives once, in the ledger (with interned strings); the per-pod
+//! entry here keeps only a hash of the decision and a few numbers.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::hash_map::RandomState;
+use std::collections::{BTreeMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Arc;
 
 use hami_core::annotations as keys;
 use hami_core::ledger::{
@@ -24,6 +31,7 @@ use hami_core::model::PodSingleDevice;
 use hami_core::request::{ContainerKind, plain_integer};
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Abandoned decisions remembered per pod.
 const MAX_ABANDONED: usize = 8;
@@ -32,44 +40,36 @@ const MAX_ABANDONED: usize = 8;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NodeEntry {
     pub uid: Option<String>,
-    /// Devices as registered (before health filtering).
-    pub inventory: NodeInventory,
+    /// Devices as registered (before health filtering); shared with the ledger while
+    /// every vendor is healthy.
+    pub inventory: Arc<NodeInventory>,
     /// Register annotations that could not be used.
     pub issues: Vec<InventoryIssue>,
-    /// Raw values of the annotations the inventory is decoded from (register annotations,
+    /// Hash of the annotations the inventory is decoded from (register annotations,
     /// cordon, topology scores), to tell a new registration from a repeat.
-    pub shaping: BTreeMap<String, String>,
-    /// Raw handshake annotation per vendor key (vendors that have one).
-    pub handshakes: BTreeMap<String, Option<String>>,
-    /// `status.allocatable[<count resource>]` per vendor key, when present.
-    pub allocatable: BTreeMap<String, i64>,
+    shaping: u64,
+    /// Per vendor, in the registry's order.
+    pub vendors: Vec<VendorNode>,
     /// `hami.io/mutex.lock`, raw.
     pub lock: Option<String>,
     /// Vendors whose device plugin is judged not to be reporting, with the reason.
     pub unhealthy: BTreeMap<String, String>,
 }
 
-/// Why a pod's decision signature differs: node, decision time and device strings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Signature(String);
-
-impl Signature {
-    /// The signature of a set of pod annotations, or `None` without `hami.io/vgpu-node`.
-    pub fn of(annotations: &BTreeMap<String, String>, registry: &VendorRegistry) -> Option<Self> {
-        let node = annotations.get(keys::VGPU_NODE).filter(|n| !n.is_empty())?;
-        let mut s = format!(
-            "{node}\n{}",
-            annotations.get(keys::VGPU_TIME).map_or("", String::as_str)
-        );
-        for v in registry.vendors() {
-            s.push('\n');
-            if let Some(d) = annotations.get(v.allocated_annotation()) {
-                s.push_str(d);
-            }
-        }
-        Some(Signature(s))
-    }
+/// What one vendor's device plugin shows on a node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VendorNode {
+    /// Hash of the register annotation (a changed one proves the plugin alive).
+    pub registration: Option<u64>,
+    /// Raw handshake annotation, for vendors that have one.
+    pub handshake: Option<Box<str>>,
+    /// `status.allocatable[<count resource>]`, when present.
+    pub allocatable: Option<i64>,
 }
+
+/// A placement decision as it shows in pod annotations (node, decision time, device
+/// strings), hashed with this process's random key.
+type Signature = u64;
 
 #[derive(Debug, Clone, PartialEq)]
 enum Holding {
@@ -77,29 +77,37 @@ enum Holding {
     /// Made by /filter in this process; authoritative until the annotations catch up.
     Reserved {
         sig: Signature,
-        record: PodRecord,
+        node: Arc<str>,
         at: i64,
         epoch: u64,
     },
     /// Read from the pod's annotations.
     Annotated {
         sig: Signature,
-        record: PodRecord,
+        node: Arc<str>,
         vgpu_time: Option<i64>,
     },
 }
 
 #[derive(Debug, Clone, PartialEq)]
 struct PodEntry {
-    namespace: String,
-    name: String,
     /// `spec.nodeName`.
-    bound: Option<String>,
+    bound: Option<Arc<str>>,
     holding: Holding,
     /// Decisions this process gave up on (re-filtered, bind failed, expired): annotations
     /// still showing one of them do not count while the pod is unbound, since their
     /// devices may already be someone else's.
     abandoned: Vec<Signature>,
+}
+
+impl PodEntry {
+    fn new() -> Self {
+        PodEntry {
+            bound: None,
+            holding: Holding::None,
+            abandoned: Vec::new(),
+        }
+    }
 }
 
 /// What applying a pod event found worth logging.
@@ -128,16 +136,19 @@ pub struct SchedState {
     registry: VendorRegistry,
     ledger: Ledger,
     nodes: BTreeMap<String, NodeEntry>,
-    pods: HashMap<String, PodEntry>,
+    pods: FxHashMap<Arc<str>, PodEntry>,
     /// Pods that hold devices while unbound (expiry candidates).
-    unbound_holders: HashSet<String>,
+    unbound_holders: FxHashSet<Arc<str>>,
     /// Pods in the middle of /bind: their hold does not expire under them.
-    binding: HashSet<String>,
+    binding: FxHashSet<Arc<str>>,
     reservation_ttl: i64,
     /// Bumped when a pod relist starts; reservations made since survive its end.
     epoch: u64,
     nodes_synced: bool,
     pods_synced: bool,
+    /// Keys the signature hash: annotations cannot be crafted to collide with a
+    /// decision of this process.
+    hasher: RandomState,
 }
 
 impl SchedState {
@@ -146,13 +157,14 @@ impl SchedState {
             registry,
             ledger: Ledger::new(),
             nodes: BTreeMap::new(),
-            pods: HashMap::new(),
-            unbound_holders: HashSet::new(),
-            binding: HashSet::new(),
+            pods: FxHashMap::default(),
+            unbound_holders: FxHashSet::default(),
+            binding: FxHashSet::default(),
             reservation_ttl: reservation_ttl_secs.max(1),
             epoch: 0,
             nodes_synced: false,
             pods_synced: false,
+            hasher: RandomState::new(),
         }
     }
 
@@ -176,6 +188,18 @@ impl SchedState {
         self.pods_synced = true;
     }
 
+    /// The signature of a set of pod annotations, or `None` without `hami.io/vgpu-node`.
+    pub fn signature(&self, annotations: &BTreeMap<String, String>) -> Option<Signature> {
+        let node = annotations.get(keys::VGPU_NODE).filter(|n| !n.is_empty())?;
+        let mut h = self.hasher.build_hasher();
+        node.hash(&mut h);
+        annotations.get(keys::VGPU_TIME).hash(&mut h);
+        for v in self.registry.vendors() {
+            annotations.get(v.allocated_annotation()).hash(&mut h);
+        }
+        Some(h.finish())
+    }
+
     // ---- nodes ----
 
     /// Applies a node from a watch event; returns the inventory issues when its
@@ -187,49 +211,44 @@ impl SchedState {
         }
         let empty = BTreeMap::new();
         let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-        let shaping: BTreeMap<String, String> = annotations
-            .iter()
-            .filter(|(k, _)| {
-                *k == keys::DEVICE_CORDON
-                    || *k == keys::NVIDIA_NODE_SCORE
-                    || self
-                        .registry
-                        .vendors()
-                        .iter()
-                        .any(|v| v.register_annotation() == *k)
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        let mut handshakes = BTreeMap::new();
-        let mut allocatable = BTreeMap::new();
-        for v in self.registry.vendors() {
-            let key = v.common_word().to_string();
-            if let Some(h) = v.handshake_annotation() {
-                handshakes.insert(key.clone(), annotations.get(h).cloned());
-            }
-            let count = node
-                .status
-                .as_ref()
-                .and_then(|s| s.allocatable.as_ref())
-                .and_then(|a| a.get(v.count_resource()))
-                .and_then(plain_integer);
-            if let Some(c) = count {
-                allocatable.insert(key, c);
-            }
+        let mut shaping = self.hasher.build_hasher();
+        for key in [keys::DEVICE_CORDON, keys::NVIDIA_NODE_SCORE] {
+            annotations.get(key).hash(&mut shaping);
         }
+        let mut vendors = Vec::with_capacity(self.registry.vendors().len());
+        for v in self.registry.vendors() {
+            let register = annotations.get(v.register_annotation());
+            register.hash(&mut shaping);
+            vendors.push(VendorNode {
+                registration: register.map(|r| self.hasher.hash_one(r)),
+                handshake: v
+                    .handshake_annotation()
+                    .and_then(|h| annotations.get(h))
+                    .map(|h| h.as_str().into()),
+                allocatable: node
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.allocatable.as_ref())
+                    .and_then(|a| a.get(v.count_resource()))
+                    .and_then(plain_integer),
+            });
+        }
+        let shaping = shaping.finish();
         let previous = self.nodes.remove(&name);
         let changed = previous.as_ref().is_none_or(|p| p.shaping != shaping);
         let (inventory, issues) = match previous {
             Some(ref p) if !changed => (p.inventory.clone(), p.issues.clone()),
-            _ => NodeInventory::from_annotations(annotations, &self.registry),
+            _ => {
+                let (inv, issues) = NodeInventory::from_annotations(annotations, &self.registry);
+                (Arc::new(inv), issues)
+            }
         };
         let entry = NodeEntry {
             uid: node.metadata.uid.clone(),
             inventory,
             issues,
             shaping,
-            handshakes,
-            allocatable,
+            vendors,
             lock: annotations.get(keys::NODE_LOCK).cloned(),
             unhealthy: previous.map(|p| p.unhealthy).unwrap_or_default(),
         };
@@ -292,10 +311,15 @@ impl SchedState {
             self.ledger.remove_node(name);
             return;
         };
-        let mut inventory = entry.inventory.clone();
-        inventory
-            .vendors
-            .retain(|v| !entry.unhealthy.contains_key(&v.vendor));
+        let inventory = if entry.unhealthy.is_empty() {
+            entry.inventory.clone()
+        } else {
+            let mut filtered = NodeInventory::clone(&entry.inventory);
+            filtered
+                .vendors
+                .retain(|v| !entry.unhealthy.contains_key(&v.vendor));
+            Arc::new(filtered)
+        };
         if inventory.vendors.is_empty() {
             self.ledger.remove_node(name);
         } else {
@@ -326,12 +350,12 @@ impl SchedState {
     /// Applies a pod from a watch event (add, update, or relist).
     pub fn apply_pod(&mut self, pod: &Pod, now: i64) -> PodApplied {
         let mut out = PodApplied::default();
-        let Some(uid) = pod.metadata.uid.clone().filter(|u| !u.is_empty()) else {
+        let Some(uid_str) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
             return out;
         };
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         if matches!(phase, Some("Succeeded" | "Failed")) {
-            self.delete_pod(&uid);
+            self.delete_pod(uid_str);
             return out;
         }
         let empty = BTreeMap::new();
@@ -343,66 +367,67 @@ impl SchedState {
                 None
             }
         };
-        let sig = Signature::of(annotations, &self.registry);
+        let sig = self.signature(annotations);
         let vgpu_time = annotations
             .get(keys::VGPU_TIME)
             .and_then(|t| t.trim().parse::<i64>().ok());
         let bound = pod
             .spec
             .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty());
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .map(|n| self.ledger.intern(n));
         if let (Some(b), Some(r)) = (&bound, &record)
             && *b != r.node
         {
-            out.bound_elsewhere = Some((b.clone(), r.node.clone()));
+            out.bound_elsewhere = Some((b.to_string(), r.node.to_string()));
         }
-        let entry = self.pods.entry(uid.clone()).or_insert_with(|| PodEntry {
-            namespace: String::new(),
-            name: String::new(),
-            bound: None,
-            holding: Holding::None,
-            abandoned: Vec::new(),
-        });
-        entry.namespace = pod.metadata.namespace.clone().unwrap_or_default();
-        entry.name = pod.metadata.name.clone().unwrap_or_default();
+        // The record's UID becomes the key here and in the ledger: one allocation.
+        let uid: Arc<str> = match &record {
+            Some(r) => r.uid.clone(),
+            None => self
+                .pods
+                .get_key_value(uid_str)
+                .map_or_else(|| Arc::from(uid_str), |(k, _)| k.clone()),
+        };
+        let record_node = record.as_ref().map(|r| self.ledger.intern(&r.node));
+        let entry = self.pods.entry(uid.clone()).or_insert_with(PodEntry::new);
         // spec.nodeName never changes once set: an older event (the watch may still be
         // behind this process's own Binding) cannot unbind the pod.
         if bound.is_some() {
             entry.bound = bound;
         }
-        let annotated = |record: Option<PodRecord>, sig: Option<Signature>| match (record, sig) {
-            (Some(record), Some(sig)) => Holding::Annotated {
-                sig,
-                record,
-                vgpu_time,
-            },
-            _ => Holding::None,
-        };
         let keep_reservation = match &entry.holding {
             // The annotations still show an older state (the watch runs behind this
             // process's own writes): the reservation stays until they catch up.
-            Holding::Reserved { sig: rsig, .. } => sig.as_ref() != Some(rsig),
+            Holding::Reserved { sig: rsig, .. } => sig != Some(*rsig),
             _ => false,
         };
-        if !keep_reservation {
+        let mut record = record;
+        if keep_reservation {
+            // The event's record is not the reservation's: keep the ledger as it is.
+            record = None;
+        } else {
             let suppressed =
                 entry.bound.is_none() && sig.as_ref().is_some_and(|s| entry.abandoned.contains(s));
-            entry.holding = if suppressed {
-                Holding::None
-            } else {
-                annotated(record, sig)
+            entry.holding = match (sig, record_node) {
+                (Some(sig), Some(node)) if !suppressed => Holding::Annotated {
+                    sig,
+                    node,
+                    vgpu_time,
+                },
+                _ => Holding::None,
             };
         }
-        out.report = self.sync(&uid, now);
+        out.report = self.sync(&uid, now, record);
         out
     }
 
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
         self.pods.remove(uid);
-        self.binding.remove(uid);
         self.unbound_holders.remove(uid);
+        self.binding.remove(uid);
         self.ledger.remove_pod(uid);
     }
 
@@ -415,11 +440,11 @@ impl SchedState {
     /// while the relist ran (their pods may be newer than the list).
     pub fn retain_pods(&mut self, listed: &HashSet<String>) {
         let epoch = self.epoch;
-        let gone: Vec<String> = self
+        let gone: Vec<Arc<str>> = self
             .pods
             .iter()
             .filter(|(uid, e)| {
-                !listed.contains(*uid)
+                !listed.contains(&***uid)
                     && !matches!(e.holding, Holding::Reserved { epoch: re, .. } if re == epoch)
             })
             .map(|(uid, _)| uid.clone())
@@ -429,43 +454,45 @@ impl SchedState {
         }
     }
 
-    /// Puts the ledger in line with whether the pod holds its devices now.
-    fn sync(&mut self, uid: &str, now: i64) -> ApplyReport {
+    /// Puts the ledger in line with whether the pod holds its devices now; `record` is
+    /// what it holds when the caller has it (the ledger keeps it otherwise).
+    fn sync(&mut self, uid: &Arc<str>, now: i64, record: Option<PodRecord>) -> ApplyReport {
         let Some(entry) = self.pods.get(uid) else {
             self.ledger.remove_pod(uid);
             return ApplyReport::default();
         };
         let (holds, unbound) = match &entry.holding {
-            Holding::None => (None, false),
-            Holding::Reserved { record, .. } => (Some(record), entry.bound.is_none()),
+            Holding::None => (false, false),
+            Holding::Reserved { .. } => (true, entry.bound.is_none()),
             Holding::Annotated {
-                record, vgpu_time, ..
+                node, vgpu_time, ..
             } => match &entry.bound {
-                Some(b) if *b == record.node => (Some(record), false),
-                Some(_) => (None, false),
-                None => {
-                    // A pod in the middle of /bind keeps its hold whatever its age.
-                    let fresh = self.binding.contains(uid)
-                        || vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl));
-                    (fresh.then_some(record), true)
-                }
+                Some(b) if b == node => (true, false),
+                Some(_) => (false, false),
+                // A pod in the middle of /bind keeps its hold whatever its age.
+                None => (
+                    self.binding.contains(uid)
+                        || vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl)),
+                    true,
+                ),
             },
         };
-        tracing::trace!(%uid, holds = holds.is_some(), unbound, bound = ?entry.bound, holding = ?std::mem::discriminant(&entry.holding), "pod hold synced");
-        match holds {
-            Some(record) => {
-                if unbound {
-                    self.unbound_holders.insert(uid.to_string());
-                } else {
-                    self.unbound_holders.remove(uid);
-                }
-                self.ledger.apply_pod(record.clone())
-            }
-            None => {
-                self.unbound_holders.remove(uid);
-                self.ledger.remove_pod(uid);
-                ApplyReport::default()
-            }
+        tracing::trace!(%uid, holds, unbound, bound = ?entry.bound, "pod hold synced");
+        if !holds {
+            self.unbound_holders.remove(uid);
+            self.ledger.remove_pod(uid);
+            return ApplyReport::default();
+        }
+        if unbound {
+            self.unbound_holders.insert(uid.clone());
+        } else {
+            self.unbound_holders.remove(uid);
+        }
+        match record {
+            Some(r) => self.ledger.apply_pod(r),
+            // Holds already: only holds that are counted can stay counted without a
+            // fresh record (reservations, pinned or bound pods).
+            None => ApplyReport::default(),
         }
     }
 
@@ -491,39 +518,35 @@ impl SchedState {
         now: i64,
     ) -> ApplyReport {
         let record = PodRecord::from_devices(uid, namespace, name, node, devices, kinds);
-        let sig = Signature::of(annotations, &self.registry)
-            .unwrap_or_else(|| Signature(format!("{node}\n{now}")));
-        let entry = self
-            .pods
-            .entry(uid.to_string())
-            .or_insert_with(|| PodEntry {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                bound: None,
-                holding: Holding::None,
-                abandoned: Vec::new(),
-            });
+        let sig = self
+            .signature(annotations)
+            .unwrap_or_else(|| self.hasher.hash_one((node, now)));
+        let key = record.uid.clone();
+        let node = self.ledger.intern(node);
+        let epoch = self.epoch;
+        let entry = self.pods.entry(key.clone()).or_insert_with(PodEntry::new);
         entry.abandoned.retain(|s| *s != sig);
         entry.holding = Holding::Reserved {
             sig,
-            record,
+            node,
             at: now,
-            epoch: self.epoch,
+            epoch,
         };
-        self.sync(uid, now)
+        self.sync(&key, now, Some(record))
     }
 
     /// Gives up this process's decision for the pod (bind failed, annotation write
     /// failed). Unbound, it holds nothing; the same annotations read later do not count
     /// while it stays unbound. Returns the node it was held on.
     pub fn abandon(&mut self, uid: &str, now: i64) -> Option<String> {
-        let entry = self.pods.get_mut(uid)?;
+        let key = self.pods.get_key_value(uid).map(|(k, _)| k.clone())?;
+        let entry = self.pods.get_mut(&key)?;
         if entry.bound.is_some() {
             return None;
         }
         let (node, sig) = match &entry.holding {
-            Holding::Reserved { record, sig, .. } | Holding::Annotated { record, sig, .. } => {
-                (record.node.clone(), sig.clone())
+            Holding::Reserved { node, sig, .. } | Holding::Annotated { node, sig, .. } => {
+                (node.to_string(), *sig)
             }
             Holding::None => return None,
         };
@@ -536,40 +559,47 @@ impl SchedState {
             entry.abandoned.push(sig);
         }
         entry.holding = Holding::None;
-        self.sync(uid, now);
+        self.sync(&key, now, None);
         Some(node)
     }
 
     /// The node the pod's devices are held on now, if it holds any (what the ledger
     /// counts: an expired or abandoned decision holds nothing).
     pub fn holding_node(&self, uid: &str) -> Option<&str> {
-        self.ledger.pod(uid).map(|r| r.node.as_str())
+        self.ledger.pod(uid).map(|r| &*r.node)
     }
 
     /// Marks the pod as being bound (`true`) or not any more: while it is, its hold does
     /// not expire.
     pub fn set_binding(&mut self, uid: &str, binding: bool, now: i64) {
         tracing::trace!(%uid, binding, "pin");
+        let Some(key) = self.pods.get_key_value(uid).map(|(k, _)| k.clone()) else {
+            return;
+        };
         if binding {
-            self.binding.insert(uid.to_string());
+            self.binding.insert(key);
         } else if self.binding.remove(uid) {
-            self.sync(uid, now);
+            self.sync(&key, now, None);
         }
     }
 
     /// Notes a Binding this process created, before the watch shows it: the hold no
     /// longer expires.
     pub fn note_bound(&mut self, uid: &str, node: &str, now: i64) {
-        if let Some(entry) = self.pods.get_mut(uid) {
-            entry.bound = Some(node.to_string());
-            self.sync(uid, now);
+        let node = self.ledger.intern(node);
+        let Some(key) = self.pods.get_key_value(uid).map(|(k, _)| k.clone()) else {
+            return;
+        };
+        if let Some(entry) = self.pods.get_mut(&key) {
+            entry.bound = Some(node);
         }
+        self.sync(&key, now, None);
     }
 
     /// Ends holds of pods that stayed unbound past the reservation timeout.
     pub fn expire(&mut self, now: i64) -> Vec<Expired> {
         let ttl = self.reservation_ttl;
-        let due: Vec<String> = self
+        let due: Vec<Arc<str>> = self
             .unbound_holders
             .iter()
             .filter(|uid| !self.binding.contains(*uid))
@@ -590,17 +620,23 @@ impl SchedState {
                 continue;
             };
             let reservation = matches!(e.holding, Holding::Reserved { .. });
-            let (namespace, name) = (e.namespace.clone(), e.name.clone());
-            let node = if reservation {
-                self.abandon(&uid, now)
+            let held = self.ledger.pod(&uid).map(|r| {
+                (
+                    r.namespace.to_string(),
+                    r.name.to_string(),
+                    r.node.to_string(),
+                )
+            });
+            if reservation {
+                self.abandon(&uid, now);
             } else {
-                let node = self.holding_node(&uid).map(str::to_string);
-                self.sync(&uid, now);
-                node.filter(|_| self.ledger.pod(&uid).is_none())
-            };
-            if let Some(node) = node {
+                self.sync(&uid, now, None);
+            }
+            if let Some((namespace, name, node)) = held
+                && self.ledger.pod(&uid).is_none()
+            {
                 out.push(Expired {
-                    uid,
+                    uid: uid.to_string(),
                     namespace,
                     name,
                     node,

@@ -82,7 +82,8 @@ pub async fn watch_nodes(
                     st.retain_nodes(&listed);
                     st.set_nodes_synced();
                     tracing::info!(nodes = listed.len(), "node cache synced");
-                    listed.clear();
+                    // Free it: the next relist may be hours away.
+                    listed = HashSet::new();
                 }
                 Event::Apply(n) => apply_node(&mut st, &n),
                 Event::Delete(n) => {
@@ -156,7 +157,7 @@ pub async fn watch_pods(
                     holding = st.ledger().pod_count(),
                     "pod cache synced"
                 );
-                listed.clear();
+                listed = HashSet::new();
                 drop(st);
                 sync.update();
             }

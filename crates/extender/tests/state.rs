@@ -312,7 +312,7 @@ fn nodes_register_reregister_and_report_why_they_are_unusable() {
     );
     assert_eq!(st.apply_node(&bigger), Some(vec![]));
     assert_eq!(used_mem(&st, "n1"), 1000);
-    assert_eq!(st.node("n1").unwrap().allocatable.get("NVIDIA"), Some(&20));
+    assert_eq!(st.node("n1").unwrap().vendors[0].allocatable, Some(20));
     st.delete_node("n1");
     assert!(st.ledger().node("n1").is_none());
 }
