@@ -41,6 +41,8 @@ pub struct ContainerReport {
     /// The container's GPU limits as stored (after the webhook's defaults).
     pub limits: BTreeMap<String, String>,
     pub devices: Vec<DeviceUse>,
+    /// The device IDs kubelet allocated (split replicas, `<uuid>-<i>`), by resource.
+    pub kubelet_devices: BTreeMap<String, Vec<String>>,
     /// What Allocate answered (empty when the container got no device).
     pub env: BTreeMap<String, String>,
     pub mounts: Vec<MountReport>,
@@ -245,8 +247,10 @@ async fn pod_report(cluster: &DemoCluster, pod: &Value) -> Result<PodReport, Str
             .unwrap_or_default();
         let mut env = BTreeMap::new();
         let mut mounts = Vec::new();
+        let mut kubelet_devices = BTreeMap::new();
         let held = kubelet.and_then(|k| k.container_allocation(&uid, &cname));
-        for allocation in held.into_iter().flat_map(|r| r.into_values()) {
+        for (resource, allocation) in held.into_iter().flatten() {
+            kubelet_devices.insert(resource, allocation.devices);
             env.extend(allocation.response.envs);
             mounts.extend(allocation.response.mounts.into_iter().map(|m| MountReport {
                 container_path: m.container_path,
@@ -258,6 +262,7 @@ async fn pod_report(cluster: &DemoCluster, pod: &Value) -> Result<PodReport, Str
             name: cname,
             limits,
             devices: devices.get(i).cloned().unwrap_or_default(),
+            kubelet_devices,
             env,
             mounts,
         });

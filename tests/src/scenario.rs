@@ -419,6 +419,27 @@ fn verify_running(
                 p.push(format!("{at}: GPU {} is a {}, wants {t}", d.uuid, g.model));
             }
         }
+        // Kubelet's accounting agrees with the scheduler's: the replicas it allocated
+        // (`<uuid>-<i>`, chosen through GetPreferredAllocation) are of exactly these GPUs.
+        let resource = &cluster.spec().devices.nvidia.resource_count_name;
+        let mut replica_gpus: Vec<&str> = c
+            .kubelet_devices
+            .get(resource)
+            .map(|ids| {
+                ids.iter()
+                    .map(|id| id.rsplit_once('-').map_or(id.as_str(), |(u, _)| u))
+                    .collect()
+            })
+            .unwrap_or_default();
+        replica_gpus.sort_unstable();
+        let mut annotated = uuids.clone();
+        annotated.sort_unstable();
+        if replica_gpus != annotated {
+            p.push(format!(
+                "{at}: kubelet allocated replicas {:?}, the scheduler annotated {annotated:?}",
+                c.kubelet_devices.get(resource)
+            ));
+        }
         if ex.same_numa {
             let numas: Vec<i32> = uuids
                 .iter()

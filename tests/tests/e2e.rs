@@ -642,3 +642,68 @@ async fn no_double_booking_across_an_extender_restart() {
     ledger_matches_annotations(&cluster, &report).await;
     cluster.shutdown().await.unwrap();
 }
+
+/// A pod the webhook is told to ignore (namespace label `hami.io/webhook: ignore`) and
+/// that names its node itself bypasses the scheduler: kubelet's admission calls the
+/// device plugin, which finds no allocation for it, and the pod fails with kubelet's
+/// UnexpectedAdmissionError and a message that says why. The node stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bypassing_the_scheduler_fails_admission_readably() {
+    let cluster = cluster().await;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+        kube::Api::all(cluster.client());
+    namespaces
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "raw", "labels": {"hami.io/webhook": "ignore"}}
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut pod = GpuPod::new("by-hand").namespace("raw").gpus(1).to_object();
+    pod["spec"]["nodeName"] = "gpu-t4".into();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(cluster.client(), "raw");
+    let created = pods
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(pod).unwrap(),
+        )
+        .await
+        .unwrap();
+    let spec = created.spec.unwrap();
+    assert_eq!(
+        spec.scheduler_name.as_deref(),
+        Some("default-scheduler"),
+        "the webhook left it alone"
+    );
+    match cluster.wait_settled("raw", "by-hand", WAIT).await.unwrap() {
+        Settled::Failed {
+            node,
+            reason,
+            message,
+        } => {
+            assert_eq!(node, "gpu-t4");
+            assert_eq!(reason, "UnexpectedAdmissionError");
+            assert!(
+                message.starts_with("Allocate failed due to ")
+                    && message.ends_with(", which is unexpected")
+                    && message.contains("no pod on node gpu-t4 is waiting for a GPU allocation"),
+                "{message}"
+            );
+        }
+        other => panic!("by-hand must fail admission, got {other:?}"),
+    }
+    assert_eq!(node_annotation(&cluster, "gpu-t4", keys::NODE_LOCK), None);
+    let t4 = uuid_of(&cluster, "gpu-t4", 0);
+    let after = pinned("t4-after", &t4, 3_000, Outcome::Running);
+    let report = must_pass(&cluster, std::slice::from_ref(&after)).await;
+    assert_eq!(
+        report.gpu(&t4).unwrap().used_mem,
+        3_000,
+        "the failed pod holds nothing"
+    );
+    cluster.shutdown().await.unwrap();
+}

@@ -70,6 +70,7 @@ fn json_document(
                         "name": c.name,
                         "limits": c.limits,
                         "devices": c.devices,
+                        "kubelet_devices": c.kubelet_devices,
                         "env": c.env,
                         "mounts": c.mounts,
                     })

@@ -10,7 +10,11 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", about = "hami-rs repository tasks")]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "hami-rs repository tasks"
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
