@@ -70,6 +70,8 @@ pub struct PodReport {
     pub message: Option<String>,
     /// The pod's `hami.io/*` and `nvidia.com/*` annotations.
     pub annotations: BTreeMap<String, String>,
+    /// The pod's `hami.io/*` labels.
+    pub labels: BTreeMap<String, String>,
     pub containers: Vec<ContainerReport>,
     /// Warning events (FailedScheduling, FilteringFailed, ...).
     pub warnings: Vec<EventReport>,
@@ -217,16 +219,19 @@ async fn pod_report(cluster: &DemoCluster, pod: &Value) -> Result<PodReport, Str
         ),
         _ => (None, None),
     };
-    let annotations: BTreeMap<String, String> = pod
-        .pointer("/metadata/annotations")
-        .and_then(Value::as_object)
-        .map(|m| {
-            m.iter()
-                .filter(|(k, _)| k.starts_with("hami.io/") || k.starts_with("nvidia.com/"))
-                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                .collect()
-        })
-        .unwrap_or_default();
+    let ours = |field: &str, prefixes: &[&str]| -> BTreeMap<String, String> {
+        pod.pointer(&format!("/metadata/{field}"))
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| prefixes.iter().any(|p| k.starts_with(p)))
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let annotations = ours("annotations", &["hami.io/", "nvidia.com/"]);
+    let labels = ours("labels", &["hami.io/"]);
     let devices = allocated(pod)?;
     let kubelet = node
         .as_deref()
@@ -277,6 +282,7 @@ async fn pod_report(cluster: &DemoCluster, pod: &Value) -> Result<PodReport, Str
         reason,
         message,
         annotations,
+        labels,
         containers,
         warnings,
     })
@@ -545,6 +551,16 @@ fn render_pod(out: &mut String, p: &PodReport, gpus: &[GpuReport]) {
                 "      GPU {}{at}: {} MiB, {}% compute",
                 d.uuid, d.usedmem, d.usedcores
             );
+        }
+        for (resource, ids) in &c.kubelet_devices {
+            let _ = writeln!(
+                out,
+                "      kubelet allocated {resource}: {}",
+                ids.join(", ")
+            );
+        }
+        if !c.env.is_empty() {
+            let _ = writeln!(out, "      env from Allocate:");
         }
         for (k, v) in &c.env {
             let _ = writeln!(out, "        {k}={v}");

@@ -348,6 +348,18 @@ fn verify_running(
             ann(keys::VGPU_NODE)
         ));
     }
+    if pod.labels.get(keys::VGPU_NODE) != Some(&node) {
+        p.push(format!(
+            "label {} is {:?}, the pod runs on {node}",
+            keys::VGPU_NODE,
+            pod.labels.get(keys::VGPU_NODE)
+        ));
+    }
+    for key in [keys::VGPU_TIME, keys::BIND_TIME] {
+        if ann(key).and_then(|t| t.parse::<i64>().ok()).is_none() {
+            p.push(format!("{key} is {:?}, not Unix seconds", ann(key)));
+        }
+    }
     if ann(keys::BIND_PHASE) != Some("success") {
         p.push(format!(
             "{} is {:?}, not success",

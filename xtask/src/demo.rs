@@ -86,6 +86,7 @@ fn json_document(
                 "expected": ex.map(scenario::expected_state),
                 "about": ex.map(|e| e.about),
                 "annotations": p.annotations,
+                "labels": p.labels,
                 "containers": containers,
                 "warnings": p.warnings,
             })
