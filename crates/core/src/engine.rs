@@ -2,9 +2,10 @@
 //! devices, and produce the annotations the scheduler writes (reference §4.5).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::Pod;
+use rayon::prelude::*;
 
 use crate::annotations as keys;
 use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
@@ -15,7 +16,7 @@ use crate::fit::{
 };
 use crate::frag::live::{FragModel, free_share};
 use crate::ledger::{Ledger, NodeState};
-use crate::model::PodSingleDevice;
+use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
 use crate::reason::NODE_UNREGISTERED;
 use crate::request::{ContainerKind, PodRequests, RequestError};
@@ -163,14 +164,68 @@ pub fn fit_node(
     node: &NodeState,
 ) -> Result<NodeFit, FitFailure> {
     let mut scratch = Scratch::default();
-    let score = fit_node_compact(plan, registry, node, &mut scratch)?;
+    let steps = compile(plan, registry)?;
+    let score = fit_node_compact(plan, &steps, node, &mut scratch)?;
     Ok(materialize(plan, node, &scratch.picks, score))
+}
+
+/// One container's request for one vendor, resolved once per placement so the per-node
+/// fit does no lookups by name.
+#[derive(Debug, Clone, Copy)]
+struct Step<'p> {
+    container: usize,
+    init: bool,
+    /// Position of the vendor in `plan.vendor_keys`.
+    vi: usize,
+    req: &'p ContainerDeviceRequest,
+    settings: FitSettings<'p>,
+}
+
+/// Constraints of a vendor the pod sets none for.
+static NO_CONSTRAINTS: LazyLock<DeviceConstraints> = LazyLock::new(DeviceConstraints::default);
+
+/// Resolves the plan's requests against the registry; a vendor the registry lacks makes
+/// every node fail as HAMi's does (no such devices).
+fn compile<'p>(
+    plan: &'p PodPlan,
+    registry: &'p VendorRegistry,
+) -> Result<Vec<Step<'p>>, FitFailure> {
+    let mut steps = Vec::new();
+    for (ci, container) in plan.requests.containers.iter().enumerate() {
+        for (vendor_key, req) in &container.by_vendor {
+            let vi = plan
+                .vendor_keys
+                .iter()
+                .position(|k| k == vendor_key)
+                .ok_or(FitFailure::InsufficientDevices)?;
+            let vendor = registry
+                .get(vendor_key)
+                .ok_or(FitFailure::InsufficientDevices)?;
+            let constraints = plan.constraints.get(vendor_key).unwrap_or(&NO_CONSTRAINTS);
+            steps.push(Step {
+                container: ci,
+                init: container.kind == ContainerKind::Init,
+                vi,
+                req,
+                settings: FitSettings {
+                    vendor: vendor.as_ref(),
+                    any_type: vendor.accepts_any_type(req, constraints),
+                    constraints,
+                    policy: &plan.gpu_policy,
+                    weights: &plan.weights,
+                    quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
+                    frag: plan.frag.as_deref().filter(|_| plan.gpu_policy.frag),
+                },
+            });
+        }
+    }
+    Ok(steps)
 }
 
 /// The fit without building device strings; picks are left in `scratch.picks`.
 fn fit_node_compact(
     plan: &PodPlan,
-    registry: &VendorRegistry,
+    steps: &[Step<'_>],
     node: &NodeState,
     scratch: &mut Scratch,
 ) -> Result<f32, FitFailure> {
@@ -189,59 +244,39 @@ fn fit_node_compact(
             scratch.work[vi].extend_from_slice(node.group_usage(g));
         }
     }
-    let default_constraints = DeviceConstraints::default();
-    for (ci, container) in plan.requests.containers.iter().enumerate() {
-        for (vendor_key, req) in &container.by_vendor {
-            let vi = vendors
-                .iter()
-                .position(|k| k == vendor_key)
-                .ok_or(FitFailure::InsufficientDevices)?;
-            let vendor = registry
-                .get(vendor_key)
-                .ok_or(FitFailure::InsufficientDevices)?;
-            let set = scratch.groups[vi]
-                .and_then(|g| node.device_set(g))
-                .ok_or(FitFailure::InsufficientDevices)?;
-            let settings = FitSettings {
-                vendor: vendor.as_ref(),
-                constraints: plan
-                    .constraints
-                    .get(vendor_key)
-                    .unwrap_or(&default_constraints),
-                policy: &plan.gpu_policy,
-                weights: &plan.weights,
-                quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
-                frag: plan.frag.as_deref().filter(|_| plan.gpu_policy.frag),
-            };
-            if container.kind == ContainerKind::Init {
-                scratch.init_work.clear();
-                scratch.init_work.extend_from_slice(&scratch.work[vi]);
-                let mut init_totals = scratch.totals[vi];
-                fit_container_into(
-                    set,
-                    &mut scratch.init_work,
-                    req,
-                    settings,
-                    &mut init_totals,
-                    &mut scratch.fit,
-                    &mut scratch.container_picks,
-                )?;
-            } else {
-                fit_container_into(
-                    set,
-                    &mut scratch.work[vi],
-                    req,
-                    settings,
-                    &mut scratch.totals[vi],
-                    &mut scratch.fit,
-                    &mut scratch.container_picks,
-                )?;
-            }
-            scratch.picks[vi].extend(scratch.container_picks.iter().map(|&pick| Placed {
-                container: ci,
-                pick,
-            }));
+    for step in steps {
+        let vi = step.vi;
+        let set = scratch.groups[vi]
+            .and_then(|g| node.device_set(g))
+            .ok_or(FitFailure::InsufficientDevices)?;
+        if step.init {
+            scratch.init_work.clear();
+            scratch.init_work.extend_from_slice(&scratch.work[vi]);
+            let mut init_totals = scratch.totals[vi];
+            fit_container_into(
+                set,
+                &mut scratch.init_work,
+                step.req,
+                step.settings,
+                &mut init_totals,
+                &mut scratch.fit,
+                &mut scratch.container_picks,
+            )?;
+        } else {
+            fit_container_into(
+                set,
+                &mut scratch.work[vi],
+                step.req,
+                step.settings,
+                &mut scratch.totals[vi],
+                &mut scratch.fit,
+                &mut scratch.container_picks,
+            )?;
         }
+        scratch.picks[vi].extend(scratch.container_picks.iter().map(|&pick| Placed {
+            container: step.container,
+            pick,
+        }));
     }
     if let (NodePolicy::Frag, Some(model)) = (plan.node_policy, plan.frag.as_deref()) {
         return Ok(frag_gain(model, plan, node, &scratch.picks));
@@ -366,14 +401,86 @@ pub fn place_reporting<'a>(
     candidates: impl IntoIterator<Item = &'a str>,
     mut report: impl FnMut(&'a str, Result<f32, Option<FitFailure>>),
 ) -> Option<(String, NodeFit)> {
+    let steps = compile(plan, registry);
+    let names: Vec<&'a str> = candidates.into_iter().collect();
+    let threads = rayon::current_num_threads();
+    let best = if names.len() < PARALLEL_MIN || threads < 2 {
+        scan(plan, &steps, ledger, &names, &mut report)
+    } else {
+        // Chunks are scanned in parallel; outcomes are reported in candidate order and
+        // the winner is chosen by the same total order, so the result does not depend
+        // on the number of threads.
+        let chunk = names.len().div_ceil(threads);
+        let parts: Vec<(Vec<Outcome>, Option<Best<'_>>)> = names
+            .par_chunks(chunk)
+            .map(|part| {
+                let mut outcomes = Vec::with_capacity(part.len());
+                let best = scan(plan, &steps, ledger, part, &mut |_, o| outcomes.push(o));
+                (outcomes, best)
+            })
+            .collect();
+        let mut best: Option<Best<'_>> = None;
+        for ((outcomes, part_best), part) in parts.into_iter().zip(names.chunks(chunk)) {
+            for (name, outcome) in part.iter().zip(outcomes) {
+                report(name, outcome);
+            }
+            if let Some(b) = part_best
+                && best.as_ref().is_none_or(|cur| {
+                    better_node(
+                        plan.node_policy,
+                        b.score,
+                        b.node.name(),
+                        cur.score,
+                        cur.node.name(),
+                    )
+                })
+            {
+                best = Some(b);
+            }
+        }
+        best
+    };
+    best.map(|b| {
+        (
+            b.node.name().to_string(),
+            materialize(plan, b.node, &b.picks, b.score),
+        )
+    })
+}
+
+/// Candidates below which the scan stays on the calling thread.
+const PARALLEL_MIN: usize = 512;
+
+/// What a node's fit reports.
+type Outcome = Result<f32, Option<FitFailure>>;
+
+/// The best node of a scan and its compact picks.
+struct Best<'l> {
+    node: &'l NodeState,
+    score: f32,
+    picks: Vec<Vec<Placed>>,
+}
+
+/// Fits the pod on each of `names` in order, reporting every outcome; the best node.
+fn scan<'a, 'l>(
+    plan: &PodPlan,
+    steps: &Result<Vec<Step<'_>>, FitFailure>,
+    ledger: &'l Ledger,
+    names: &[&'a str],
+    report: &mut impl FnMut(&'a str, Outcome),
+) -> Option<Best<'l>> {
     let mut scratch = Scratch::default();
-    let mut best: Option<(&NodeState, f32)> = None;
-    for name in candidates {
+    let mut best: Option<(&'l NodeState, f32)> = None;
+    for &name in names {
         let Some(node) = ledger.node(name) else {
             report(name, Err(None));
             continue;
         };
-        match fit_node_compact(plan, registry, node, &mut scratch) {
+        let fitted = match steps {
+            Ok(steps) => fit_node_compact(plan, steps, node, &mut scratch),
+            Err(f) => Err(f.clone()),
+        };
+        match fitted {
             Err(f) => report(name, Err(Some(f))),
             Ok(score) => {
                 report(name, Ok(score));
@@ -387,11 +494,10 @@ pub fn place_reporting<'a>(
             }
         }
     }
-    best.map(|(node, score)| {
-        (
-            node.name().to_string(),
-            materialize(plan, node, &scratch.best, score),
-        )
+    best.map(|(node, score)| Best {
+        node,
+        score,
+        picks: std::mem::take(&mut scratch.best),
     })
 }
 

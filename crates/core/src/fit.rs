@@ -56,6 +56,9 @@ pub struct DeviceSet<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct FitSettings<'a> {
     pub vendor: &'a dyn Vendor,
+    /// Every device of the vendor passes the type check for this request
+    /// ([`Vendor::accepts_any_type`]): the per-device check is skipped.
+    pub any_type: bool,
     pub constraints: &'a DeviceConstraints,
     pub policy: &'a GpuPolicy,
     pub weights: &'a ScoringWeights,
@@ -377,7 +380,7 @@ fn check_device(
     if !cordon.is_empty() && cordon.contains(&info.id) {
         return Check::Reject(Reason::CardCordoned);
     }
-    if !s.vendor.type_matches(info, req, s.constraints) {
+    if !s.any_type && !s.vendor.type_matches(info, req, s.constraints) {
         return Check::Reject(Reason::CardTypeMismatch);
     }
     Check::NumaGate
@@ -559,7 +562,7 @@ mod tests {
             let pair_scores = PairScores::default();
             let facts: Vec<DeviceFacts> = infos.iter().map(|d| DeviceFacts::of(d, "NVIDIA")).collect();
             let set = DeviceSet { infos: &infos, facts: &facts, cordon: &cordon, pair_scores: &pair_scores };
-            let s = FitSettings { vendor: &vendor, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default(), frag: None };
+            let s = FitSettings { vendor: &vendor, any_type: false, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default(), frag: None };
             let req = ContainerDeviceRequest { nums, dev_type: "NVIDIA".into(), memreq, mem_percentage_req: 101, coresreq };
             let (mut fast, mut walk) = (Vec::new(), Vec::new());
             let mut scratch = FitScratch::default();

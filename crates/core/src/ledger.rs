@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::Pod;
+use rustc_hash::FxHashMap;
 
 use crate::accounting::{DeviceCharge, collapse};
 use crate::annotations as keys;
@@ -363,7 +364,8 @@ pub struct ApplyReport {
 /// Pod records and the node usage derived from them.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
-    nodes: BTreeMap<String, NodeState>,
+    /// Hashed: the placement engine looks every candidate up by name.
+    nodes: FxHashMap<String, NodeState>,
     pods: HashMap<String, PodRecord>,
     pods_by_node: HashMap<String, BTreeSet<String>>,
 }
@@ -445,7 +447,9 @@ impl Ledger {
 
     /// Nodes in name order.
     pub fn nodes(&self) -> impl Iterator<Item = &NodeState> {
-        self.nodes.values()
+        let mut nodes: Vec<&NodeState> = self.nodes.values().collect();
+        nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        nodes.into_iter()
     }
 
     pub fn pod(&self, uid: &str) -> Option<&PodRecord> {

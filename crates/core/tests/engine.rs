@@ -423,3 +423,61 @@ fn place_best_chooses_what_place_chooses() {
         assert_eq!(best, all.chosen, "pod {i}");
     }
 }
+
+/// Large candidate lists are scanned in parallel: the placement, every reason and every
+/// score must be exactly what one thread computes, however many threads run.
+#[test]
+fn parallel_scan_matches_the_sequential_one() {
+    let mut ledger = Ledger::new();
+    for i in 0..1200u32 {
+        // Mixed sizes, some nodes full, a few with usage, so every outcome kind occurs.
+        add_node(
+            &mut ledger,
+            &format!("node-{i:04}"),
+            1 + i % 4,
+            8_000 + (i % 7) * 2_000,
+        );
+    }
+    for i in (0..1200u32).step_by(5) {
+        let p = gpu_pod(&format!("busy-{i}"), 1, 7_000, 50);
+        let pl = plan(&p);
+        let fit = fit_node(
+            &pl,
+            &registry(),
+            ledger.node(&format!("node-{i:04}")).unwrap(),
+        );
+        if let Ok(fit) = fit {
+            let rec = PodRecord::from_devices(
+                &format!("uid-{i}"),
+                "ns",
+                "busy",
+                &format!("node-{i:04}"),
+                &fit.devices,
+                &pl.kinds,
+            );
+            ledger.apply_pod(rec);
+        }
+    }
+    let mut candidates = names(&ledger);
+    candidates.push("ghost".into());
+    for (pod, policy) in [
+        (gpu_pod("small", 1, 1_000, 10), "binpack"),
+        (gpu_pod("small", 1, 1_000, 10), "spread"),
+        (gpu_pod("big", 2, 9_000, 60), "binpack"),
+        (gpu_pod("huge", 4, 20_000, 100), "spread"),
+    ] {
+        let pod = with_annotations(pod, &[("hami.io/node-scheduler-policy", policy)]);
+        let pl = plan(&pod);
+        let run = |threads: usize| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap()
+                .install(|| place(&pl, &registry(), &ledger, &candidates))
+        };
+        let one = run(1);
+        for threads in [2, 3, 8] {
+            assert_eq!(run(threads), one, "{policy}: {threads} threads differ");
+        }
+    }
+}

@@ -153,7 +153,8 @@ impl Extender {
             Err(failed) => {
                 let summary = failure_summary(&failed);
                 tracing::info!(pod = %format!("{namespace}/{name}"), reasons = %summary, "filter: no node fits");
-                self.events.record(subject, EventType::Warning, "FilteringFailed", summary);
+                self.events
+                    .record(subject, EventType::Warning, "FilteringFailed", summary);
                 let result = ExtenderFilterResult {
                     failed_nodes: Some(failed),
                     ..ExtenderFilterResult::default()

@@ -265,7 +265,11 @@ impl Store {
             .filter(|((_, n, _), _)| scope.as_deref().is_none_or(|s| s == n))
             .filter(|(_, o)| sel.matches(o));
         let limit = limit.unwrap_or(usize::MAX);
-        let items: Vec<Value> = matching.by_ref().take(limit).map(|(_, o)| o.clone()).collect();
+        let items: Vec<Value> = matching
+            .by_ref()
+            .take(limit)
+            .map(|(_, o)| o.clone())
+            .collect();
         let rest = if count_rest {
             matching.count()
         } else {

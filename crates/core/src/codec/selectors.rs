@@ -77,8 +77,13 @@ impl DeviceSelector {
     /// Whether a device of registered model `device_type` (e.g. `NVIDIA-Tesla V100-SXM2-32GB`)
     /// may be used. Substring matching lets users write `V100` rather than the full model
     /// string, which differs between driver versions.
+    /// No type list: every device type is allowed.
+    pub fn types_unconstrained(&self) -> bool {
+        self.use_types.is_empty() && self.nouse_types.is_empty()
+    }
+
     pub fn type_allowed(&self, device_type: &str) -> bool {
-        if self.use_types.is_empty() && self.nouse_types.is_empty() {
+        if self.types_unconstrained() {
             return true; // the common case, on the scheduler's hot path: no allocation
         }
         let device_type = device_type.to_lowercase();

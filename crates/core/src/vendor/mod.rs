@@ -69,6 +69,16 @@ pub trait Vendor: Send + Sync + Debug {
         &self,
         pod_annotations: &BTreeMap<String, String>,
     ) -> Result<DeviceConstraints, ConstraintError>;
+    /// True when [`Vendor::type_matches`] holds for every device of this vendor given
+    /// this request and these constraints (no type, UUID-free mode or model filter), so
+    /// the fit can skip the per-device check. `false` is always a safe answer.
+    fn accepts_any_type(
+        &self,
+        _req: &ContainerDeviceRequest,
+        _constraints: &DeviceConstraints,
+    ) -> bool {
+        false
+    }
     /// Device-level type check (HAMi's `CardTypeMismatch`), for devices whose type
     /// already names the vendor.
     fn type_matches(

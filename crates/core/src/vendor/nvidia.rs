@@ -156,6 +156,16 @@ impl Vendor for Nvidia {
         })
     }
 
+    fn accepts_any_type(
+        &self,
+        req: &ContainerDeviceRequest,
+        constraints: &DeviceConstraints,
+    ) -> bool {
+        req.dev_type == NVIDIA
+            && constraints.selector.types_unconstrained()
+            && constraints.mode_filter.is_none()
+    }
+
     fn type_matches(
         &self,
         device: &DeviceInfo,
@@ -204,4 +214,65 @@ fn bounded(c: &Container, resource: &str, value: i64, max: i64) -> Result<u32, R
         value,
         max,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::NvidiaConfig;
+
+    fn device(dev_type: &str, mode: &str) -> DeviceInfo {
+        DeviceInfo {
+            id: "GPU-0".into(),
+            dev_type: dev_type.into(),
+            mode: mode.into(),
+            health: true,
+            ..DeviceInfo::default()
+        }
+    }
+
+    fn request(dev_type: &str) -> ContainerDeviceRequest {
+        ContainerDeviceRequest {
+            nums: 1,
+            dev_type: dev_type.into(),
+            memreq: 100,
+            mem_percentage_req: MEM_PERCENTAGE_UNSET,
+            coresreq: 0,
+        }
+    }
+
+    #[test]
+    fn any_type_shortcut_agrees_with_the_per_device_check() {
+        let v = Nvidia::new(NvidiaConfig::default());
+        let devices = [
+            device("NVIDIA-Tesla T4", ""),
+            device("NVIDIA A100-SXM4-80GB", "hami-core"),
+            device("NVIDIA H100", "mig"),
+            device("NVIDIA-Tesla V100", "mps"),
+        ];
+        let annotations = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let cases = [
+            annotations(&[]),
+            annotations(&[(keys::NVIDIA_USE_GPUTYPE, "A100")]),
+            annotations(&[(keys::NVIDIA_NOUSE_GPUTYPE, "T4")]),
+            annotations(&[(keys::NVIDIA_VGPU_MODE, "hami-core")]),
+        ];
+        for pod in &cases {
+            let c = v.pod_constraints(pod).unwrap();
+            for req in [request(NVIDIA), request("MLU")] {
+                let all = devices.iter().all(|d| v.type_matches(d, &req, &c));
+                if v.accepts_any_type(&req, &c) {
+                    assert!(all, "shortcut claims every device passes for {pod:?}");
+                }
+            }
+        }
+        let free = v.pod_constraints(&BTreeMap::new()).unwrap();
+        assert!(v.accepts_any_type(&request(NVIDIA), &free));
+        assert!(!v.accepts_any_type(&request("MLU"), &free));
+    }
 }
