@@ -458,24 +458,42 @@ async fn device_plugin_restart() {
     let register = node_annotation(&cluster, "gpu-t4", keys::NVIDIA_NODE_REGISTER).unwrap();
     let devices = hami_core::codec::decode_node_register(&register).unwrap();
     assert!(devices.iter().all(|d| !d.health), "{register}");
-    let during = pinned("t4-during", &t4, 3_000, Outcome::Running);
-    cluster.create_pod(&during.pod).await.unwrap();
-    let settled = cluster
-        .wait_settled("default", "t4-during", WAIT)
-        .await
-        .unwrap();
-    match settled {
-        Settled::Unschedulable { message, .. } => {
-            assert!(message.contains("CardNotHealth"), "{message}")
+    // The extender learns of the withdrawal through its node watch. A pod that reaches it
+    // first is placed on the stale view and kubelet, which has no healthy device left,
+    // fails it; that is a real (if unlikely) race, not what this test is about, so such a
+    // pod is replaced by the next attempt.
+    let mut during = None;
+    for attempt in 0..5 {
+        let ex = pinned(
+            &format!("t4-during-{attempt}"),
+            &t4,
+            3_000,
+            Outcome::Running,
+        );
+        cluster.create_pod(&ex.pod).await.unwrap();
+        match cluster
+            .wait_settled("default", ex.name(), WAIT)
+            .await
+            .unwrap()
+        {
+            Settled::Unschedulable { message, .. } => {
+                assert!(message.contains("CardNotHealth"), "{message}");
+                during = Some(ex);
+                break;
+            }
+            Settled::Failed { reason, .. } if reason == "UnexpectedAdmissionError" => {
+                cluster.delete_pod("default", ex.name()).await.unwrap();
+            }
+            other => panic!("{} must wait for the plugin, got {other:?}", ex.name()),
         }
-        other => panic!("t4-during must wait for the plugin, got {other:?}"),
     }
+    let during = during.expect("a pod waits while the plugin is down");
 
     cluster.start_device_plugin("gpu-t4").await.unwrap();
     let kubelet = cluster.node("gpu-t4").unwrap().kubelet();
     assert_eq!(kubelet.registrations().len(), registrations + 1);
     cluster
-        .wait_running("default", "t4-during", WAIT)
+        .wait_running("default", during.name(), WAIT)
         .await
         .unwrap();
     let after = pinned("t4-after", &t4, 3_000, Outcome::Running);
