@@ -24,7 +24,7 @@
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use hami_e2e::{ClusterSpec, DemoCluster, scenario};
 //! let cluster = DemoCluster::start(ClusterSpec::demo()).await?;
-//! let outcome = scenario::run(&cluster, &scenario::demo_examples()).await?;
+//! let outcome = scenario::run(&cluster, &scenario::demo_examples()).await;
 //! println!("{}", outcome.report.render_text());
 //! cluster.shutdown().await?;
 //! # Ok(()) }

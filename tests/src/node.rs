@@ -175,7 +175,7 @@ impl EmulatedNode {
         }
     }
 
-    /// Successful registrations of the running plugin since it started.
+    /// The running plugin's registration and publishing progress (None while it is stopped).
     pub fn plugin_status(&self) -> Option<PluginStatus> {
         self.plugin.as_ref().map(|p| p.status.borrow().clone())
     }

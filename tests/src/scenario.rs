@@ -12,7 +12,6 @@ use hami_testkit::resources::NODES;
 use serde_json::Value;
 
 use crate::cluster::{DemoCluster, Settled};
-use crate::component::HarnessError;
 use crate::report::{ClusterReport, MountReport, PodReport};
 
 /// How long one pod may take to settle.
@@ -198,7 +197,7 @@ impl RunOutcome {
 
 /// Submits the examples one at a time (each settles before the next, so placements do
 /// not depend on timing), then reads the report and checks every example.
-pub async fn run(cluster: &DemoCluster, examples: &[Example]) -> Result<RunOutcome, HarnessError> {
+pub async fn run(cluster: &DemoCluster, examples: &[Example]) -> RunOutcome {
     let mut problems = Vec::new();
     for ex in examples {
         if let Err(e) = submit(cluster, ex).await {
@@ -208,7 +207,7 @@ pub async fn run(cluster: &DemoCluster, examples: &[Example]) -> Result<RunOutco
     let mut outcome = check(cluster, examples).await;
     problems.append(&mut outcome.problems);
     outcome.problems = problems;
-    Ok(outcome)
+    outcome
 }
 
 /// Creates the example's pod and waits until it settles as the example expects; the
