@@ -24,6 +24,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY proto ./proto
 COPY crates ./crates
 COPY xtask ./xtask
+COPY tests ./tests
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p hami-device-plugin-nvidia --bin hami-device-plugin-nvidia \

@@ -19,6 +19,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY proto ./proto
 COPY crates ./crates
 COPY xtask ./xtask
+COPY tests ./tests
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p hami-scheduler --bin hami-scheduler \

@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: repository tasks that need more than a shell line.
 
 mod bench;
+mod demo;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -9,7 +10,11 @@ use anyhow::{Context, bail};
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "cargo xtask", about = "hami-rs repository tasks")]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "hami-rs repository tasks"
+)]
 struct Cli {
     #[command(subcommand)]
     task: Task,
@@ -17,6 +22,37 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Task {
+    /// Run the built-in demo cluster and print what happened to a set of example pods.
+    #[command(
+        long_about = "Run the built-in demo cluster and print what happened to a set of example pods.\n\n\
+        Everything runs in this process, with no Kubernetes cluster and no GPU: the test kit's API \
+        server emulator; the real hami-webhook over HTTPS, called by the emulator through a \
+        MutatingWebhookConfiguration (failurePolicy Fail); the real hami-scheduler extender, called \
+        by a kube-scheduler emulator configured like the Helm chart (filter, bind, nodeCacheCapable, \
+        managed resources ignoredByScheduler); and three nodes (2 x A100 80GB, 4 x T4 16GB, \
+        1 x H100 80GB, different NUMA layouts), each with a kubelet emulator, the real \
+        hami-device-plugin-nvidia on fake GPUs and a node agent that admits bound pods (calling \
+        the plugin's GetPreferredAllocation and Allocate) and sets their status.\n\n\
+        The example pods ask for slices by memory (MiB and percent) and compute, a whole card, two \
+        GPUs, several containers, a GPU model, NUMA binding and per-pod policies, and one cannot \
+        fit anywhere. They are submitted one at a time the way a user submits them. The report \
+        shows where each pod landed, the GPUs (UUID, MiB, compute %) and the environment and \
+        mounts each container got from Allocate, why the misfit stays Pending, and per-GPU usage. \
+        Every pod is checked against what it asked for (annotations, bind phase, node lock, exact \
+        env and mounts) and every GPU against its capacity: the exit status is 1 when anything \
+        misbehaved."
+    )]
+    Demo {
+        /// Print one JSON document instead of the text report: `ok`, `nodes`, `pods`
+        /// (name, node, phase, reason, containers[{name, devices[{uuid, usedmem,
+        /// usedcores}], env}]), `gpus` (per-GPU usage), `violations`, `problems`.
+        #[arg(long, env = "HAMI_DEMO_JSON")]
+        json: bool,
+        /// Component logs on stderr (RUST_LOG syntax, e.g. `info` or
+        /// `hami_scheduler=debug,warn`); RUST_LOG is used when unset, else `error`.
+        #[arg(long, env = "HAMI_DEMO_LOG")]
+        log_level: Option<String>,
+    },
     /// Benchmark /filter of the real hami-scheduler binary against the API server
     /// emulator with pre-filled caches. Prints one JSON object per scenario:
     /// scenario, nodes, gpus_per_node, pods, filter_p50_us, filter_p99_us, rss_mib, ...
@@ -64,6 +100,18 @@ fn build_release(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.task {
+        Task::Demo { json, log_level } => {
+            let filter = log_level
+                .or_else(|| std::env::var("RUST_LOG").ok())
+                .unwrap_or_else(|| "error".into());
+            hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
+                .context("setting up logs")?;
+            if demo::run(json).await? {
+                Ok(())
+            } else {
+                std::process::exit(1);
+            }
+        }
         Task::Bench {
             scenarios,
             requests,

@@ -1,0 +1,158 @@
+//! The real extender (hami-scheduler) on a fixed loopback port, and the emulated
+//! kube-scheduler configured the way the chart's `KubeSchedulerConfiguration` is.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use hami_core::config::DeviceConfig;
+use hami_core::engine::SchedulerDefaults;
+use hami_scheduler::cli::DEFAULT_BODY_LIMIT;
+use hami_scheduler::run::{Service, serve_service};
+use hami_scheduler::service::Settings;
+use hami_server::TlsConfig;
+use hami_testkit::scheduler::{ExtenderConfig, ManagedResource, SchedulerConfig};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::{HarnessError, Running};
+use crate::spec::ClusterSpec;
+
+/// The extender as it runs now: its task and its admin address (/readyz, /metrics).
+#[derive(Debug)]
+pub(crate) struct RunningExtender {
+    pub running: Running,
+    pub admin: SocketAddr,
+}
+
+#[derive(Debug)]
+pub(crate) struct ExtenderSetup {
+    pub addr: SocketAddr,
+    devices: DeviceConfig,
+    settings: Settings,
+    registry_interval: Duration,
+}
+
+impl ExtenderSetup {
+    /// Reserves the extender's port (kube-scheduler's configuration names it, so it never
+    /// changes) and returns its first listener.
+    pub async fn prepare(spec: &ClusterSpec) -> Result<(Self, TcpListener), HarnessError> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(HarnessError::io("binding the extender port"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(HarnessError::io("extender address"))?;
+        // The binary's defaults (see `hami-scheduler --help`), except where the spec's
+        // timing says otherwise.
+        let settings = Settings {
+            scheduler_name: spec.scheduler_name.clone(),
+            defaults: SchedulerDefaults::default(),
+            node_lock_timeout: Duration::from_secs(300),
+            node_lock_wait: spec.timing.node_lock_wait,
+            reservation_timeout: Duration::from_secs(120),
+            body_limit: DEFAULT_BODY_LIMIT,
+            sync_wait: Duration::from_secs(10),
+        };
+        Ok((
+            Self {
+                addr,
+                devices: spec.devices.clone(),
+                settings,
+                registry_interval: spec.timing.registry_interval,
+            },
+            listener,
+        ))
+    }
+
+    /// Starts with empty memory (it rebuilds its ledger from the pods' annotations).
+    pub async fn start(
+        &self,
+        client: kube::Client,
+        listener: Option<TcpListener>,
+    ) -> Result<RunningExtender, HarnessError> {
+        let listener = match listener {
+            Some(l) => l,
+            None => crate::rebind(self.addr, "extender").await?,
+        };
+        let admin_listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(HarnessError::io("binding the extender admin port"))?;
+        let admin = admin_listener
+            .local_addr()
+            .map_err(HarnessError::io("extender admin address"))?;
+        let svc = Service {
+            listener,
+            admin_listener,
+            tls: TlsConfig::None,
+            devices: self.devices.clone(),
+            settings: self.settings.clone(),
+            node_label_selector: None,
+            registry_interval: self.registry_interval,
+            handshake_timeout: Duration::from_secs(60),
+            leader_lease: None,
+        };
+        let stop = CancellationToken::new();
+        let running = Running::spawn(
+            "hami-scheduler",
+            stop.clone(),
+            serve_service(svc, client, stop),
+        );
+        let ext = RunningExtender { running, admin };
+        wait_ready(&ext).await?;
+        Ok(ext)
+    }
+}
+
+/// Waits for /readyz (node and pod caches synced).
+async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((200, _)) = crate::http::get(ext.admin, "/readyz").await {
+            return Ok(());
+        }
+        if ext.running.is_finished() {
+            return Err(HarnessError::Setup(
+                "hami-scheduler stopped before it was ready".into(),
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(HarnessError::Setup(
+                "hami-scheduler not ready after 30s".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// kube-scheduler's configuration as the chart renders it: one profile, one extender
+/// with `filterVerb: filter`, `bindVerb: bind`, `nodeCacheCapable: true` and every
+/// resource the extender owns `ignoredByScheduler`.
+pub(crate) fn scheduler_config(spec: &ClusterSpec, extender: SocketAddr) -> SchedulerConfig {
+    let nv = &spec.devices.nvidia;
+    let managed = [
+        &nv.resource_count_name,
+        &nv.resource_memory_name,
+        &nv.resource_core_name,
+        &nv.resource_memory_percentage_name,
+        &nv.resource_priority_name,
+    ]
+    .into_iter()
+    .map(|name| ManagedResource {
+        name: name.clone(),
+        ignored_by_scheduler: true,
+    })
+    .collect();
+    let mut cfg = SchedulerConfig::new(&spec.scheduler_name).with_extender(ExtenderConfig {
+        url_prefix: format!("http://{extender}"),
+        filter_verb: "filter".into(),
+        bind_verb: "bind".into(),
+        node_cache_capable: true,
+        managed_resources: managed,
+        ignorable: false,
+        http_timeout: Duration::from_secs(30),
+        ca_pem: None,
+    });
+    cfg.initial_backoff = spec.timing.initial_backoff;
+    cfg.max_backoff = spec.timing.max_backoff;
+    cfg
+}

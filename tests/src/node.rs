@@ -1,0 +1,279 @@
+//! One emulated node: a kubelet emulator in its own device-plugin directory, our real
+//! NVIDIA device plugin on the fake backend, and the node agent.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
+use hami_device_plugin_nvidia::cli::ConfigArgs;
+use hami_device_plugin_nvidia::fake::FakeBackend;
+use hami_device_plugin_nvidia::settings::{self, Loaded};
+use hami_testkit::kubelet::{Kubelet, KubeletOptions};
+use kube::Client;
+use prometheus_client::registry::Registry;
+use serde_json::{Map, Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::component::{HarnessError, Running};
+use crate::spec::{ClusterSpec, NodeSpec};
+
+/// How long a device plugin may take to register and publish its GPUs.
+const PLUGIN_START: Duration = Duration::from_secs(30);
+
+#[derive(Debug)]
+pub(crate) struct RunningPlugin {
+    pub running: Running,
+    pub status: watch::Receiver<PluginStatus>,
+}
+
+/// A node and its parts.
+#[derive(Debug)]
+pub struct EmulatedNode {
+    pub spec: NodeSpec,
+    /// Kubelet's device plugin directory (holds `kubelet.sock` and the plugin's socket).
+    pub plugin_dir: PathBuf,
+    /// The fake backend's device file (edit it to change the GPUs' health).
+    pub device_file: PathBuf,
+    /// HAMi-core's host directory (`HOOK_PATH`).
+    pub hook_path: PathBuf,
+    pub(crate) plugin_cfg: PluginConfig,
+    pub(crate) kubelet: Arc<Kubelet>,
+    pub(crate) plugin: Option<RunningPlugin>,
+    pub(crate) agent: Option<Running>,
+}
+
+impl EmulatedNode {
+    /// Creates the node's directories, files and Node object, and starts its kubelet
+    /// emulator (the plugin and the agent are started by [`EmulatedNode::start_plugin`]
+    /// and [`EmulatedNode::start_agent`]).
+    pub(crate) async fn create(
+        spec: &ClusterSpec,
+        node: &NodeSpec,
+        root: &Path,
+        client: &Client,
+    ) -> Result<Self, HarnessError> {
+        let dir = root.join(&node.name);
+        let plugin_dir = dir.join("dp");
+        let hook_path = dir.join("hook");
+        for d in [&plugin_dir, &hook_path] {
+            std::fs::create_dir_all(d)
+                .map_err(HarnessError::io(format!("creating {}", d.display())))?;
+        }
+        let device_file = dir.join("devices.yaml");
+        std::fs::write(&device_file, node.device_file()).map_err(HarnessError::io(format!(
+            "writing {}",
+            device_file.display()
+        )))?;
+        let args = ConfigArgs {
+            config_file: None,
+            node_config_file: dir.join("config.json"),
+            hook_path: hook_path.clone(),
+            libvgpu_version: None,
+        };
+        let loaded = Loaded {
+            nvidia: spec.devices.nvidia.clone(),
+            node: None,
+        };
+        let plugin_cfg = settings::plugin_config(
+            &loaded,
+            &args,
+            &node.name,
+            &plugin_dir,
+            spec.timing.register_interval,
+        )
+        .map_err(|e| HarnessError::Setup(format!("device plugin settings: {e}")))?;
+
+        let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+        let object: k8s_openapi::api::core::v1::Node = serde_json::from_value(node_object(node))
+            .map_err(|e| HarnessError::Setup(format!("node object {}: {e}", node.name)))?;
+        api.create(&kube::api::PostParams::default(), &object)
+            .await
+            .map_err(HarnessError::kube(format!("creating node {}", node.name)))?;
+
+        let kubelet = Kubelet::start_in(
+            &plugin_dir,
+            KubeletOptions {
+                node_name: Some(node.name.clone()),
+                ..KubeletOptions::default()
+            },
+        )
+        .await
+        .map_err(HarnessError::io(format!(
+            "kubelet emulator of {}",
+            node.name
+        )))?;
+        Ok(Self {
+            spec: node.clone(),
+            plugin_dir,
+            device_file,
+            hook_path,
+            plugin_cfg,
+            kubelet: Arc::new(kubelet),
+            plugin: None,
+            agent: None,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The kubelet emulator (allocations, plugin calls, registrations).
+    pub fn kubelet(&self) -> &Kubelet {
+        &self.kubelet
+    }
+
+    /// Starts the device plugin and waits until it registered with kubelet and
+    /// published the node's GPUs.
+    pub(crate) async fn start_plugin(&mut self, client: &Client) -> Result<(), HarnessError> {
+        if self.plugin.is_some() {
+            return Ok(());
+        }
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let backend = Arc::new(FakeBackend::new(&self.device_file));
+        let events = hami_k8s::events::Recorder::start(
+            client.clone(),
+            "hami-device-plugin",
+            &self.spec.name,
+        );
+        let plugin = Plugin::new(self.plugin_cfg.clone(), backend, client.clone(), metrics)
+            .map_err(|e| HarnessError::Setup(format!("device plugin of {}: {e}", self.spec.name)))?
+            .with_events(events);
+        let mut status = plugin.status();
+        let stop = CancellationToken::new();
+        let running = Running::spawn(
+            format!("hami-device-plugin on {}", self.spec.name),
+            stop.clone(),
+            plugin.run(stop),
+        );
+        let ready = tokio::time::timeout(
+            PLUGIN_START,
+            status.wait_for(|s| s.registered && s.published),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        let last = status.borrow().clone();
+        self.plugin = Some(RunningPlugin { running, status });
+        if ready {
+            Ok(())
+        } else {
+            Err(HarnessError::Setup(format!(
+                "device plugin of {} not registered and published after {PLUGIN_START:?} (last status: {last:?})",
+                self.spec.name
+            )))
+        }
+    }
+
+    /// Stops the device plugin gracefully (it withdraws its GPUs and its socket).
+    pub(crate) async fn stop_plugin(&mut self) -> Result<(), HarnessError> {
+        match self.plugin.take() {
+            Some(p) => p.running.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// The running plugin's registration and publishing progress (None while it is stopped).
+    pub fn plugin_status(&self) -> Option<PluginStatus> {
+        self.plugin.as_ref().map(|p| p.status.borrow().clone())
+    }
+
+    pub(crate) async fn wait_plugin_registrations(
+        &mut self,
+        at_least: u64,
+        timeout: Duration,
+    ) -> Result<(), HarnessError> {
+        let Some(p) = self.plugin.as_mut() else {
+            return Err(HarnessError::Setup(format!(
+                "no device plugin runs on {}",
+                self.spec.name
+            )));
+        };
+        let ok = tokio::time::timeout(
+            timeout,
+            p.status
+                .wait_for(|s| s.registered && s.registrations >= at_least),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        match ok {
+            true => Ok(()),
+            false => Err(HarnessError::Setup(format!(
+                "device plugin of {} did not register {at_least} time(s) within {timeout:?} (status: {:?})",
+                self.spec.name,
+                p.status.borrow().clone()
+            ))),
+        }
+    }
+
+    pub(crate) fn start_agent(&mut self, client: &Client) {
+        if self.agent.is_some() {
+            return;
+        }
+        let stop = CancellationToken::new();
+        self.agent = Some(Running::spawn(
+            format!("node agent of {}", self.spec.name),
+            stop.clone(),
+            crate::agent::run(
+                client.clone(),
+                self.spec.name.clone(),
+                self.kubelet.clone(),
+                stop,
+            ),
+        ));
+    }
+
+    pub(crate) async fn stop_agent(&mut self) -> Result<(), HarnessError> {
+        match self.agent.take() {
+            Some(a) => a.stop().await,
+            None => Ok(()),
+        }
+    }
+
+    /// Stops everything on the node.
+    pub(crate) async fn stop(&mut self) -> Result<(), HarnessError> {
+        let agent = self.stop_agent().await;
+        let plugin = self.stop_plugin().await;
+        self.kubelet.stop().await;
+        agent.and(plugin)
+    }
+}
+
+/// The Node as kubelet registers it, before any device plugin: no GPUs yet.
+fn node_object(node: &NodeSpec) -> Value {
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let mut labels: Map<String, Value> = node
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+        .collect();
+    labels.insert("kubernetes.io/hostname".into(), node.name.clone().into());
+    labels.insert("kubernetes.io/os".into(), "linux".into());
+    labels.insert("kubernetes.io/arch".into(), "amd64".into());
+    let resources =
+        json!({"cpu": "32", "memory": "131072Mi", "pods": "110", "ephemeral-storage": "200Gi"});
+    json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": node.name, "labels": labels},
+        "spec": {},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [{
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": now, "lastTransitionTime": now,
+            }],
+            "addresses": [{"type": "Hostname", "address": node.name}],
+            "nodeInfo": {
+                "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "6.8.0",
+                "osImage": "Ubuntu 24.04 LTS", "containerRuntimeVersion": "containerd://2.0.0",
+                "kubeletVersion": "v1.34.0", "kubeProxyVersion": "",
+                "operatingSystem": "linux", "architecture": "amd64",
+            },
+        },
+    })
+}

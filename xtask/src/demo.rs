@@ -1,0 +1,220 @@
+//! `cargo xtask demo`: the built-in demo cluster (see `hami-e2e`) with the example pods,
+//! as a readable report or one JSON document.
+
+use std::fmt::Write;
+use std::time::Instant;
+
+use anyhow::Context;
+use hami_e2e::scenario::{self, Example, RunOutcome};
+use hami_e2e::{ClusterSpec, DemoCluster};
+use serde_json::{Value, json};
+
+/// Runs the demo; `Ok(true)` when every example behaved as it must.
+pub async fn run(as_json: bool) -> anyhow::Result<bool> {
+    let started = Instant::now();
+    let spec = ClusterSpec::demo();
+    let cluster = DemoCluster::start(spec.clone())
+        .await
+        .context("starting the demo cluster")?;
+    let ready = started.elapsed();
+    let examples = scenario::demo_examples();
+    let outcome = scenario::run(&cluster, &examples).await;
+    let api = cluster.api().url();
+    let extender = cluster.extender_addr();
+    let shutdown = cluster.shutdown().await;
+    let mut ok = outcome.ok();
+    let mut problems: Vec<String> = outcome
+        .problems
+        .iter()
+        .map(|(pod, p)| format!("{pod}: {p}"))
+        .collect();
+    if let Err(e) = shutdown {
+        ok = false;
+        problems.push(format!("shutdown: {e}"));
+    }
+    let elapsed = started.elapsed();
+    if as_json {
+        let doc = json_document(&spec, &examples, &outcome, &problems, ok, elapsed);
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        print!(
+            "{}",
+            text(
+                &spec, &examples, &outcome, &problems, ok, &api, extender, ready, elapsed
+            )
+        );
+    }
+    Ok(ok)
+}
+
+fn json_document(
+    spec: &ClusterSpec,
+    examples: &[Example],
+    outcome: &RunOutcome,
+    problems: &[String],
+    ok: bool,
+    elapsed: std::time::Duration,
+) -> Value {
+    let pods: Vec<Value> = outcome
+        .report
+        .pods
+        .iter()
+        .map(|p| {
+            let ex = examples.iter().find(|e| e.name() == p.name);
+            let containers: Vec<Value> = p
+                .containers
+                .iter()
+                .map(|c| {
+                    json!({
+                        "name": c.name,
+                        "limits": c.limits,
+                        "devices": c.devices,
+                        "kubelet_devices": c.kubelet_devices,
+                        "env": c.env,
+                        "mounts": c.mounts,
+                    })
+                })
+                .collect();
+            json!({
+                "name": p.name,
+                "namespace": p.namespace,
+                "node": p.node,
+                "phase": p.phase,
+                "reason": p.reason,
+                "message": p.message,
+                "expected": ex.map(scenario::expected_state),
+                "about": ex.map(|e| e.about),
+                "annotations": p.annotations,
+                "labels": p.labels,
+                "containers": containers,
+                "warnings": p.warnings,
+            })
+        })
+        .collect();
+    let nodes: Vec<Value> = spec
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "name": n.name,
+                "gpus": n.gpus.iter().enumerate().map(|(i, g)| json!({
+                    "uuid": n.uuid(i), "model": g.model, "memory_mib": g.memory_mib, "numa": g.numa,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "ok": ok,
+        "elapsed_ms": elapsed.as_millis() as u64,
+        "nodes": nodes,
+        "pods": pods,
+        "gpus": outcome.report.gpus,
+        "violations": outcome.report.violations,
+        "problems": problems,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn text(
+    spec: &ClusterSpec,
+    examples: &[Example],
+    outcome: &RunOutcome,
+    problems: &[String],
+    ok: bool,
+    api: &str,
+    extender: std::net::SocketAddr,
+    ready: std::time::Duration,
+    elapsed: std::time::Duration,
+) -> String {
+    let mut out = String::new();
+    let split = spec.devices.nvidia.device_split_count;
+    let _ = writeln!(
+        out,
+        "hami-rs demo: an emulated cluster running the real hami-webhook, hami-scheduler and hami-device-plugin-nvidia\n"
+    );
+    let _ = writeln!(
+        out,
+        "  API server emulator   {api} (admission calls hami-webhook over HTTPS via its MutatingWebhookConfiguration)"
+    );
+    let _ = writeln!(
+        out,
+        "  kube-scheduler        emulator, profile {:?}, extender http://{extender} (filter, bind, nodeCacheCapable)",
+        spec.scheduler_name
+    );
+    let _ = writeln!(
+        out,
+        "  nodes                 kubelet emulator + hami-device-plugin-nvidia (fake GPUs, split {split}) + node agent each"
+    );
+    let _ = writeln!(out, "  ready in              {:.1}s\n", ready.as_secs_f64());
+    let _ = writeln!(out, "Nodes");
+    for n in &spec.nodes {
+        let mut models: Vec<(String, u64)> = Vec::new();
+        for g in &n.gpus {
+            if !models
+                .iter()
+                .any(|(m, mem)| *m == g.model && *mem == g.memory_mib)
+            {
+                models.push((g.model.clone(), g.memory_mib));
+            }
+        }
+        let what: Vec<String> = models
+            .iter()
+            .map(|(m, mem)| {
+                let count = n
+                    .gpus
+                    .iter()
+                    .filter(|g| g.model == *m && g.memory_mib == *mem)
+                    .count();
+                format!("{count} x {m} ({mem} MiB)")
+            })
+            .collect();
+        let numa: Vec<String> = n.gpus.iter().map(|g| g.numa.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "  {:<9} {}, NUMA {}",
+            n.name,
+            what.join(", "),
+            numa.join("/")
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nExample pods, submitted one at a time through the API (webhook -> scheduler -> extender -> kubelet -> Allocate)"
+    );
+    for (i, e) in examples.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:>2}. {:<15} {} (expected: {})",
+            i + 1,
+            e.name(),
+            e.about,
+            scenario::expected_state(e)
+        );
+    }
+    let _ = writeln!(out);
+    out.push_str(&outcome.report.render_text());
+    let running = outcome
+        .report
+        .pods
+        .iter()
+        .filter(|p| p.phase == "Running")
+        .count();
+    let pending = outcome.report.pods.len() - running;
+    if ok {
+        let _ = writeln!(
+            out,
+            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended); {:.1}s in all.",
+            examples.len(),
+            elapsed.as_secs_f64()
+        );
+    } else {
+        let _ = writeln!(out, "\nFAILED: the demo did not behave as expected:");
+        for p in problems {
+            let _ = writeln!(out, "  - {p}");
+        }
+        for v in &outcome.report.violations {
+            let _ = writeln!(out, "  - {v}");
+        }
+    }
+    out
+}
