@@ -420,6 +420,15 @@ impl SchedState {
             };
         }
         out.report = self.sync(&uid, now, record);
+        // Most pods of a cluster never ask for a GPU: keep nothing for them (nor for a
+        // pod whose hold ended and left no decision to remember).
+        let forgettable = self
+            .pods
+            .get(&uid)
+            .is_some_and(|e| e.holding == Holding::None && e.abandoned.is_empty());
+        if forgettable && !self.binding.contains(&uid) {
+            self.pods.remove(&uid);
+        }
         out
     }
 

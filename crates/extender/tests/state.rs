@@ -368,3 +368,24 @@ fn events_older_than_our_own_writes_change_nothing() {
     st.apply_pod(&pod("b", "n1", 7000, Some("n1"), T0 - 50), T0 + 1);
     assert_eq!((used_mem(&st, "n1"), used_mem(&st, "n2")), (3000, 1000));
 }
+
+#[test]
+fn pods_without_gpus_leave_nothing_behind() {
+    let mut st = state();
+    st.apply_node(&two_gpu_node("n1"));
+    for i in 0..100 {
+        st.apply_pod(&plain_pod(&format!("cpu-{i}")), T0);
+    }
+    assert_eq!(st.pod_count(), 0);
+    // A pod that held and was deleted or finished leaves nothing either.
+    st.apply_pod(&pod("a", "n1", 1000, Some("n1"), T0), T0);
+    assert_eq!(st.pod_count(), 1);
+    let mut done = pod("a", "n1", 1000, Some("n1"), T0);
+    done.status.as_mut().unwrap().phase = Some("Failed".into());
+    st.apply_pod(&done, T0);
+    assert_eq!(st.pod_count(), 0);
+    // An abandoned decision is remembered (its annotations must not count again).
+    reserve(&mut st, "b", "n1", 10, T0);
+    st.abandon("b", T0);
+    assert_eq!(st.pod_count(), 1);
+}
