@@ -20,7 +20,7 @@ use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
 use crate::reason::NODE_UNREGISTERED;
 use crate::request::{ContainerKind, PodRequests, RequestError};
-use crate::score::{Usage, node_score};
+use crate::score::Usage;
 use crate::vendor::{ConstraintError, DeviceConstraints, VendorRegistry};
 
 /// Cluster-wide defaults (scheduler flags).
@@ -281,10 +281,7 @@ fn fit_node_compact(
     if let (NodePolicy::Frag, Some(model)) = (plan.node_policy, plan.frag.as_deref()) {
         return Ok(frag_gain(model, plan, node, &scratch.picks));
     }
-    Ok(node_score(
-        node.groups()
-            .flat_map(|(vd, us)| vd.devices.iter().zip(us.iter())),
-    ))
+    Ok(node.score())
 }
 
 /// Node score of node policy `frag`: the fragmentation the picks remove (regular

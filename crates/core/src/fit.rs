@@ -214,7 +214,11 @@ fn best_passing(
 ) -> Result<(), FitFailure> {
     let mut counts = ReasonCounts::default();
     let mut serving = 0;
+    let nums = req.nums as usize;
     scratch.passing.clear();
+    // One device wanted (the common case): keep only the best so far, no list to sort.
+    let mut best: Option<(usize, DeviceKeys, u32, u32)> = None;
+    let mut passing = 0usize;
     for (i, info) in set.infos.iter().enumerate() {
         if !set.facts[i].of_vendor {
             continue;
@@ -229,21 +233,28 @@ fn best_passing(
         match checked {
             Err(r) => counts.add(r, 1),
             Ok((mem, cores)) => {
+                passing += 1;
                 let k = keys_of(set, usage, req, s, i);
-                scratch.passing.push((i, k, mem, cores));
+                if nums == 1 {
+                    // `min_by` semantics: the first of equal candidates wins.
+                    let better = best.as_ref().is_none_or(|b| {
+                        s.policy.prefer(&k, &b.1, false) == std::cmp::Ordering::Less
+                    });
+                    if better {
+                        best = Some((i, k, mem, cores));
+                    }
+                } else {
+                    scratch.passing.push((i, k, mem, cores));
+                }
             }
         }
     }
-    let nums = req.nums as usize;
     if nums > serving {
         return Err(FitFailure::InsufficientDevices);
     }
-    if scratch.passing.len() < nums {
-        if !scratch.passing.is_empty() {
-            counts.add(
-                Reason::AllocatedCardsInsufficientRequest,
-                scratch.passing.len() as u32,
-            );
+    if passing < nums {
+        if passing > 0 {
+            counts.add(Reason::AllocatedCardsInsufficientRequest, passing as u32);
         }
         return Err(FitFailure::Devices {
             counts,
@@ -254,7 +265,7 @@ fn best_passing(
         s.policy.prefer(&a.1, &b.1, false)
     };
     if nums == 1 {
-        if let Some(best) = scratch.passing.iter().min_by(|a, b| prefer(a, b)) {
+        if let Some(best) = best {
             out.push(Pick {
                 pos: best.0,
                 mem: best.2,

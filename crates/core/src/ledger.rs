@@ -19,7 +19,7 @@ use crate::codec::{
 use crate::fit::{DeviceFacts, DeviceSet};
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::request::ContainerKind;
-use crate::score::Usage;
+use crate::score::{Usage, node_score};
 use crate::vendor::VendorRegistry;
 
 /// The devices one vendor registered on a node.
@@ -240,6 +240,9 @@ pub struct NodeState {
     /// Per vendor group, per device.
     usage: Vec<Vec<Usage>>,
     facts: Vec<Vec<DeviceFacts>>,
+    /// [`node_score`] of the current usage, kept up to date as pods come and go: every
+    /// placement reads it for every candidate.
+    score: f32,
 }
 
 impl NodeState {
@@ -259,12 +262,30 @@ impl NodeState {
                     .collect()
             })
             .collect();
-        NodeState {
+        let mut state = NodeState {
             name: name.to_string(),
             inventory,
             usage,
             facts,
-        }
+            score: 0.0,
+        };
+        state.rescore();
+        state
+    }
+
+    fn rescore(&mut self) {
+        self.score = node_score(
+            self.inventory
+                .vendors
+                .iter()
+                .zip(&self.usage)
+                .flat_map(|(vd, us)| vd.devices.iter().zip(us.iter())),
+        );
+    }
+
+    /// HAMi's node score (how full its devices are) for the current usage.
+    pub fn score(&self) -> f32 {
+        self.score
     }
 
     /// Where the device with this UUID is (group, index). Nodes have a handful of
@@ -356,6 +377,7 @@ impl NodeState {
                 None => unknown.push(c.uuid.to_string()),
             }
         }
+        self.rescore();
         unknown
     }
 }

@@ -133,3 +133,35 @@ fn node_inventory_from_annotations_reports_bad_values() {
     assert!(inv.vendors.is_empty());
     assert_eq!(issues[0].annotation, "hami.io/node-nvidia-register");
 }
+
+#[test]
+fn cached_node_scores_follow_every_change() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 2, 1000);
+    let fresh = |l: &Ledger| {
+        let n = l.node("n").unwrap();
+        hami_core::score::node_score(
+            n.groups()
+                .flat_map(|(vd, us)| vd.devices.iter().zip(us.iter())),
+        )
+    };
+    assert_eq!(ledger.node("n").unwrap().score(), 0.0);
+    for (i, alloc) in [
+        "n-gpu-0,NVIDIA,300,20:;",
+        "n-gpu-1,NVIDIA,500,50:;",
+        "n-gpu-0,NVIDIA,100,0:;",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = placed_pod(&format!("p{i}"), "n", alloc);
+        ledger.apply_pod(PodRecord::from_pod(&p, &registry()).unwrap().unwrap());
+        assert_eq!(ledger.node("n").unwrap().score(), fresh(&ledger));
+        assert!(ledger.node("n").unwrap().score() > 0.0);
+    }
+    ledger.remove_pod("uid-p1");
+    assert_eq!(ledger.node("n").unwrap().score(), fresh(&ledger));
+    // A new registration rebuilds the score with the pods that remain.
+    add_node(&mut ledger, "n", 3, 1000);
+    assert_eq!(ledger.node("n").unwrap().score(), fresh(&ledger));
+}

@@ -213,10 +213,7 @@ impl Extender {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(uid.to_string(), rx.clone());
-        let mut patch = MetadataPatch::new().label(keys::VGPU_NODE, node);
-        for (k, v) in &annotations {
-            patch = patch.annotate(k, v.as_str());
-        }
+        let node = node.to_string();
         let (client, metrics, state, writes) = (
             self.client.clone(),
             self.metrics.clone(),
@@ -225,6 +222,11 @@ impl Extender {
         );
         let (uid, namespace, name) = (uid.to_string(), namespace.to_string(), name.to_string());
         tokio::spawn(async move {
+            // Built here, off kube-scheduler's critical path.
+            let mut patch = MetadataPatch::new().label(keys::VGPU_NODE, node);
+            for (k, v) in annotations {
+                patch = patch.annotate(&k, v);
+            }
             if let Some(mut prev) = previous {
                 // Ignore the outcome; only the order matters.
                 let _ = prev.wait_for(|s| *s != WriteState::Pending).await;

@@ -5,7 +5,8 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -13,7 +14,8 @@ use serde_json::Value;
 /// sends thousands per call.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ExtenderArgs<'a> {
-    #[serde(rename = "Pod", default)]
+    /// The pod, reduced to what placement reads (see [`SlimPod`]).
+    #[serde(rename = "Pod", default, deserialize_with = "slim_pod")]
     pub pod: Option<Pod>,
     /// Whole Node objects (a v1 NodeList), sent when `nodeCacheCapable` is false.
     #[serde(rename = "Nodes", default)]
@@ -21,6 +23,86 @@ pub struct ExtenderArgs<'a> {
     /// Node names, sent when `nodeCacheCapable` is true.
     #[serde(rename = "NodeNames", default, borrow)]
     pub node_names: Option<Vec<Cow<'a, str>>>,
+}
+
+/// What placement reads of a pod: identity, annotations, and each container's name,
+/// resources and restart policy. kube-scheduler sends the whole object (managed fields,
+/// volumes, status, ...); building all of it would cost more than placing the pod on a
+/// hundred nodes, so the rest is skipped while parsing.
+#[derive(Debug, Default, Deserialize)]
+struct SlimPod {
+    #[serde(default)]
+    metadata: Option<SlimMeta>,
+    #[serde(default)]
+    spec: Option<SlimSpec>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct SlimMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimSpec {
+    containers: Option<Vec<SlimContainer>>,
+    init_containers: Option<Vec<SlimContainer>>,
+    node_name: Option<String>,
+    scheduler_name: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimContainer {
+    name: Option<String>,
+    resources: Option<ResourceRequirements>,
+    restart_policy: Option<String>,
+}
+
+impl SlimContainer {
+    fn into_container(self) -> Container {
+        Container {
+            name: self.name.unwrap_or_default(),
+            resources: self.resources,
+            restart_policy: self.restart_policy,
+            ..Container::default()
+        }
+    }
+}
+
+fn slim_pod<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Pod>, D::Error> {
+    let Some(slim) = Option::<SlimPod>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let meta = slim.metadata.unwrap_or_default();
+    let spec = slim.spec.map(|s| PodSpec {
+        containers: s
+            .containers
+            .unwrap_or_default()
+            .into_iter()
+            .map(SlimContainer::into_container)
+            .collect(),
+        init_containers: s
+            .init_containers
+            .map(|cs| cs.into_iter().map(SlimContainer::into_container).collect()),
+        node_name: s.node_name,
+        scheduler_name: s.scheduler_name,
+        ..PodSpec::default()
+    });
+    Ok(Some(Pod {
+        metadata: ObjectMeta {
+            name: meta.name,
+            namespace: meta.namespace,
+            uid: meta.uid,
+            annotations: meta.annotations,
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    }))
 }
 
 /// A v1 NodeList kept as raw JSON: only names are read, and the chosen node is echoed
@@ -126,6 +208,7 @@ mod tests {
         assert!(args.pod.is_none());
         assert_eq!(args.nodes.unwrap().names(), ["n1"]);
         let args: ExtenderArgs = serde_json::from_str(r#"{"Nodes": {"items": null}}"#).unwrap();
+        assert!(args.pod.is_none());
         assert!(args.nodes.unwrap().items.is_empty());
 
         let out = serde_json::to_value(ExtenderFilterResult {
@@ -148,5 +231,68 @@ mod tests {
             serde_json::to_value(ExtenderBindingResult::default()).unwrap(),
             json!({"Error": ""})
         );
+    }
+}
+
+#[cfg(test)]
+mod slim_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_slim_pod_keeps_what_placement_reads() {
+        let full = json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u",
+                "annotations": {"hami.io/gpu-scheduler-policy": "binpack"},
+                "labels": {"a": "b"},
+                "managedFields": [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}],
+                "creationTimestamp": null},
+            "spec": {
+                "nodeName": null,
+                "schedulerName": "hami-scheduler",
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "initContainers": [{"name": "side", "image": "x", "restartPolicy": "Always",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                "containers": [{"name": "main", "image": "cuda", "env": [{"name": "A", "value": "1"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "2", "nvidia.com/gpumem": "3000"},
+                                  "requests": {"cpu": "1"}}}],
+                "tolerations": [{"key": "k", "operator": "Exists"}]
+            },
+            "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+        });
+        let text = json!({"Pod": full, "NodeNames": ["n"]}).to_string();
+        let args: ExtenderArgs = serde_json::from_str(&text).unwrap();
+        let pod = args.pod.unwrap();
+        assert_eq!(pod.metadata.name.as_deref(), Some("p"));
+        assert_eq!(pod.metadata.uid.as_deref(), Some("u"));
+        assert_eq!(
+            pod.metadata.annotations.unwrap()["hami.io/gpu-scheduler-policy"],
+            "binpack"
+        );
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.containers[0].name, "main");
+        let limits = spec.containers[0]
+            .resources
+            .as_ref()
+            .unwrap()
+            .limits
+            .as_ref()
+            .unwrap();
+        assert_eq!(limits["nvidia.com/gpumem"].0, "3000");
+        let init = spec.init_containers.as_ref().unwrap();
+        assert_eq!(init[0].restart_policy.as_deref(), Some("Always"));
+        // Whatever placement reads, it reads the same from the slim and the full pod.
+        let full_pod: Pod = serde_json::from_value(full).unwrap();
+        let reg = hami_core::vendor::VendorRegistry::from_config(&Default::default());
+        let a = hami_core::request::PodRequests::from_pod(&full_pod, &reg).unwrap();
+        let b = hami_core::request::PodRequests::from_pod(
+            &Pod {
+                spec: Some(spec),
+                ..Default::default()
+            },
+            &reg,
+        )
+        .unwrap();
+        assert_eq!(a, b);
     }
 }

@@ -7,7 +7,10 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tokio::sync::{Semaphore, mpsc};
 
 /// Events waiting to be written before new ones are dropped.
 const QUEUE: usize = 1024;
@@ -65,10 +68,15 @@ struct Pending {
     message: String,
 }
 
+/// Event writes in flight at once: a burst of scheduling decisions must not queue
+/// behind one slow API round trip each.
+const IN_FLIGHT: usize = 8;
+
 /// Hands events to a background writer. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Pending>,
+    dropped: Arc<AtomicU64>,
 }
 
 impl Recorder {
@@ -82,7 +90,15 @@ impl Recorder {
             instance.to_string(),
             rx,
         ));
-        Recorder { tx }
+        Recorder {
+            tx,
+            dropped: Arc::default(),
+        }
+    }
+
+    /// Events dropped so far because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Queues an event; never waits.
@@ -99,8 +115,15 @@ impl Recorder {
             reason: reason.to_string(),
             message: message.into(),
         };
-        if let Err(e) = self.tx.try_send(pending) {
-            tracing::warn!(error = %e, "event queue full or closed; event dropped");
+        if self.tx.try_send(pending).is_err() {
+            // One line per power of two, not one per event, during a burst.
+            let n = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    dropped = n,
+                    "event queue full; events dropped (the API server is slower than the events produced)"
+                );
+            }
         }
     }
 }
@@ -111,7 +134,11 @@ async fn write_events(
     instance: String,
     mut rx: mpsc::Receiver<Pending>,
 ) {
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     while let Some(p) = rx.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
         let event = build_event(&p, &component, &instance);
         // Node events live in `default`, as kubelet's and kube-scheduler's do.
         let namespace = p
@@ -120,14 +147,17 @@ async fn write_events(
             .clone()
             .unwrap_or_else(|| "default".into());
         let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
-        if let Err(e) = api.create(&PostParams::default(), &event).await {
-            tracing::warn!(
-                error = %e,
-                reason = %p.reason,
-                object = %p.subject.name,
-                "could not write event"
-            );
-        }
+        tokio::spawn(async move {
+            if let Err(e) = api.create(&PostParams::default(), &event).await {
+                tracing::warn!(
+                    error = %e,
+                    reason = %p.reason,
+                    object = %p.subject.name,
+                    "could not write event"
+                );
+            }
+            drop(slot);
+        });
     }
 }
 
