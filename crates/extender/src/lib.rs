@@ -15,6 +15,7 @@ pub mod leader;
 pub mod metrics;
 pub mod run;
 pub mod service;
+pub mod slim;
 pub mod state;
 pub mod watch;
 pub mod wire;

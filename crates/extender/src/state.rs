@@ -391,6 +391,7 @@ impl SchedState {
                 .map_or_else(|| Arc::from(uid_str), |(k, _)| k.clone()),
         };
         let record_node = record.as_ref().map(|r| self.ledger.intern(&r.node));
+        let seen_bound = bound.is_some();
         let entry = self.pods.entry(uid.clone()).or_insert_with(PodEntry::new);
         // spec.nodeName never changes once set: an older event (the watch may still be
         // behind this process's own Binding) cannot unbind the pod.
@@ -420,12 +421,18 @@ impl SchedState {
             };
         }
         out.report = self.sync(&uid, now, record);
-        // Most pods of a cluster never ask for a GPU: keep nothing for them (nor for a
-        // pod whose hold ended and left no decision to remember).
-        let forgettable = self
-            .pods
-            .get(&uid)
-            .is_some_and(|e| e.holding == Holding::None && e.abandoned.is_empty());
+        // Keep an entry only while it knows something the pod's next event will not say:
+        // most pods never ask for a GPU, and a pod the watch shows bound to the node its
+        // annotations name is fully described by its record in the ledger (no older
+        // event can follow this one on the watch).
+        let forgettable = self.pods.get(&uid).is_some_and(|e| {
+            e.abandoned.is_empty()
+                && match &e.holding {
+                    Holding::None => true,
+                    Holding::Annotated { node, .. } => seen_bound && e.bound.as_ref() == Some(node),
+                    Holding::Reserved { .. } => false,
+                }
+        });
         if forgettable && !self.binding.contains(&uid) {
             self.pods.remove(&uid);
         }
@@ -449,14 +456,18 @@ impl SchedState {
     /// while the relist ran (their pods may be newer than the list).
     pub fn retain_pods(&mut self, listed: &HashSet<String>) {
         let epoch = self.epoch;
+        let fresh = |uid: &str| {
+            self.pods.get(uid).is_some_and(
+                |e| matches!(e.holding, Holding::Reserved { epoch: re, .. } if re == epoch),
+            )
+        };
+        // Bound pods live in the ledger alone; entries cover the rest.
         let gone: Vec<Arc<str>> = self
             .pods
-            .iter()
-            .filter(|(uid, e)| {
-                !listed.contains(&***uid)
-                    && !matches!(e.holding, Holding::Reserved { epoch: re, .. } if re == epoch)
-            })
-            .map(|(uid, _)| uid.clone())
+            .keys()
+            .chain(self.ledger.pods().map(|r| &r.uid))
+            .filter(|uid| !listed.contains(&***uid) && !fresh(uid))
+            .cloned()
             .collect();
         for uid in gone {
             self.delete_pod(&uid);

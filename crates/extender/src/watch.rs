@@ -15,6 +15,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::watch;
 
 use crate::service::unix_now;
+use crate::slim::WatchedPod;
 use crate::state::SchedState;
 
 /// Which caches have synced, so readiness is reported once both have.
@@ -118,7 +119,7 @@ pub async fn watch_pods(
     sync: SyncTracker,
     shutdown: CancellationToken,
 ) {
-    let api: Api<Pod> = Api::all(client);
+    let api: Api<WatchedPod> = Api::all(client);
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -147,7 +148,7 @@ pub async fn watch_pods(
                 if let Some(uid) = &p.metadata.uid {
                     listed.insert(uid.clone());
                 }
-                apply_pod(&mut st, &p, now);
+                apply_pod(&mut st, &p.into_pod(), now);
             }
             Event::InitDone => {
                 st.retain_pods(&listed);
@@ -161,8 +162,9 @@ pub async fn watch_pods(
                 drop(st);
                 sync.update();
             }
-            Event::Apply(p) => apply_pod(&mut st, &p, now),
+            Event::Apply(p) => apply_pod(&mut st, &p.into_pod(), now),
             Event::Delete(p) => {
+                let p = p.into_pod();
                 if let Some(uid) = &p.metadata.uid {
                     if st.holding_node(uid).is_some() {
                         tracing::info!(

@@ -5,8 +5,7 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -14,8 +13,8 @@ use serde_json::Value;
 /// sends thousands per call.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ExtenderArgs<'a> {
-    /// The pod, reduced to what placement reads (see [`SlimPod`]).
-    #[serde(rename = "Pod", default, deserialize_with = "slim_pod")]
+    /// The pod, reduced to what placement reads (see [`crate::slim`]).
+    #[serde(rename = "Pod", default, deserialize_with = "crate::slim::slim_pod")]
     pub pod: Option<Pod>,
     /// Whole Node objects (a v1 NodeList), sent when `nodeCacheCapable` is false.
     #[serde(rename = "Nodes", default)]
@@ -23,86 +22,6 @@ pub struct ExtenderArgs<'a> {
     /// Node names, sent when `nodeCacheCapable` is true.
     #[serde(rename = "NodeNames", default, borrow)]
     pub node_names: Option<Vec<Cow<'a, str>>>,
-}
-
-/// What placement reads of a pod: identity, annotations, and each container's name,
-/// resources and restart policy. kube-scheduler sends the whole object (managed fields,
-/// volumes, status, ...); building all of it would cost more than placing the pod on a
-/// hundred nodes, so the rest is skipped while parsing.
-#[derive(Debug, Default, Deserialize)]
-struct SlimPod {
-    #[serde(default)]
-    metadata: Option<SlimMeta>,
-    #[serde(default)]
-    spec: Option<SlimSpec>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct SlimMeta {
-    name: Option<String>,
-    namespace: Option<String>,
-    uid: Option<String>,
-    annotations: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimSpec {
-    containers: Option<Vec<SlimContainer>>,
-    init_containers: Option<Vec<SlimContainer>>,
-    node_name: Option<String>,
-    scheduler_name: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SlimContainer {
-    name: Option<String>,
-    resources: Option<ResourceRequirements>,
-    restart_policy: Option<String>,
-}
-
-impl SlimContainer {
-    fn into_container(self) -> Container {
-        Container {
-            name: self.name.unwrap_or_default(),
-            resources: self.resources,
-            restart_policy: self.restart_policy,
-            ..Container::default()
-        }
-    }
-}
-
-fn slim_pod<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Pod>, D::Error> {
-    let Some(slim) = Option::<SlimPod>::deserialize(d)? else {
-        return Ok(None);
-    };
-    let meta = slim.metadata.unwrap_or_default();
-    let spec = slim.spec.map(|s| PodSpec {
-        containers: s
-            .containers
-            .unwrap_or_default()
-            .into_iter()
-            .map(SlimContainer::into_container)
-            .collect(),
-        init_containers: s
-            .init_containers
-            .map(|cs| cs.into_iter().map(SlimContainer::into_container).collect()),
-        node_name: s.node_name,
-        scheduler_name: s.scheduler_name,
-        ..PodSpec::default()
-    });
-    Ok(Some(Pod {
-        metadata: ObjectMeta {
-            name: meta.name,
-            namespace: meta.namespace,
-            uid: meta.uid,
-            annotations: meta.annotations,
-            ..ObjectMeta::default()
-        },
-        spec,
-        status: None,
-    }))
 }
 
 /// A v1 NodeList kept as raw JSON: only names are read, and the chosen node is echoed

@@ -377,13 +377,15 @@ fn pods_without_gpus_leave_nothing_behind() {
         st.apply_pod(&plain_pod(&format!("cpu-{i}")), T0);
     }
     assert_eq!(st.pod_count(), 0);
-    // A pod that held and was deleted or finished leaves nothing either.
+    // A bound pod lives in the ledger alone; once it finishes, it leaves nothing.
     st.apply_pod(&pod("a", "n1", 1000, Some("n1"), T0), T0);
-    assert_eq!(st.pod_count(), 1);
+    assert_eq!(st.pod_count(), 0);
+    assert_eq!(st.holding_node("a"), Some("n1"));
     let mut done = pod("a", "n1", 1000, Some("n1"), T0);
     done.status.as_mut().unwrap().phase = Some("Failed".into());
     st.apply_pod(&done, T0);
     assert_eq!(st.pod_count(), 0);
+    assert_eq!(st.holding_node("a"), None);
     // An abandoned decision is remembered (its annotations must not count again).
     reserve(&mut st, "b", "n1", 10, T0);
     st.abandon("b", T0);

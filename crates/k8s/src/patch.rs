@@ -4,6 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use serde_json::{Map, Value, json};
 
 /// A merge patch of `metadata.annotations` / `metadata.labels`, optionally guarded by a
@@ -68,15 +69,16 @@ impl MetadataPatch {
     }
 }
 
-/// Applies `patch` to pod `namespace/name`.
+/// Applies `patch` to pod `namespace/name`; the answer carries the pod's metadata only
+/// (the API server leaves the rest out, and nobody parses a whole pod for nothing).
 pub async fn patch_pod(
     client: &Client,
     namespace: &str,
     name: &str,
     patch: &MetadataPatch,
-) -> Result<Pod, kube::Error> {
+) -> Result<PartialObjectMeta<Pod>, kube::Error> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    api.patch(
+    api.patch_metadata(
         name,
         &PatchParams::default(),
         &Patch::Merge(patch.to_json()),
@@ -84,14 +86,14 @@ pub async fn patch_pod(
     .await
 }
 
-/// Applies `patch` to node `name`.
+/// Applies `patch` to node `name`; the answer carries the node's metadata only.
 pub async fn patch_node(
     client: &Client,
     name: &str,
     patch: &MetadataPatch,
-) -> Result<Node, kube::Error> {
+) -> Result<PartialObjectMeta<Node>, kube::Error> {
     let api: Api<Node> = Api::all(client.clone());
-    api.patch(
+    api.patch_metadata(
         name,
         &PatchParams::default(),
         &Patch::Merge(patch.to_json()),
