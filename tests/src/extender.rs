@@ -90,6 +90,7 @@ impl ExtenderSetup {
             registry_interval: self.registry_interval,
             handshake_timeout: Duration::from_secs(60),
             leader_lease: None,
+            dedicated_http_thread: true,
         };
         let stop = CancellationToken::new();
         let running = Running::spawn(

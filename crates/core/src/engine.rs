@@ -12,7 +12,7 @@ use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
 use crate::codec::{CodecError, encode_pod_single_device};
 use crate::fit::{
     FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
-    fit_container_into,
+    enough_devices_pass, fit_container_into,
 };
 use crate::frag::live::{FragModel, free_share};
 use crate::ledger::{Ledger, NodeState};
@@ -468,14 +468,22 @@ fn scan<'a, 'l>(
 ) -> Option<Best<'l>> {
     let mut scratch = Scratch::default();
     let mut best: Option<(&'l NodeState, f32)> = None;
+    let quick = steps.as_ref().ok().and_then(|s| quick_step(plan, s));
     for &name in names {
         let Some(node) = ledger.node(name) else {
             report(name, Err(None));
             continue;
         };
-        let fitted = match steps {
-            Ok(steps) => fit_node_compact(plan, steps, node, &mut scratch),
-            Err(f) => Err(f.clone()),
+        let fitted = match (steps, quick) {
+            (Ok(steps), Some(step)) => {
+                match fits_anywhere(node, step, &plan.vendor_keys[step.vi]) {
+                    Some(true) => Ok(node.score()),
+                    // Not enough devices: the full fit says why, exactly as always.
+                    _ => fit_node_compact(plan, steps, node, &mut scratch),
+                }
+            }
+            (Ok(steps), None) => fit_node_compact(plan, steps, node, &mut scratch),
+            (Err(f), _) => Err(f.clone()),
         };
         match fitted {
             Err(f) => report(name, Err(Some(f))),
@@ -491,11 +499,46 @@ fn scan<'a, 'l>(
             }
         }
     }
-    best.map(|(node, score)| Best {
-        node,
-        score,
-        picks: std::mem::take(&mut scratch.best),
-    })
+    let (node, score) = best?;
+    let picks = match (steps, quick) {
+        // Only the winner's devices are chosen (same fit, same picks as without the
+        // shortcut).
+        (Ok(steps), Some(_)) => {
+            fit_node_compact(plan, steps, node, &mut scratch).ok()?;
+            std::mem::take(&mut scratch.picks)
+        }
+        _ => std::mem::take(&mut scratch.best),
+    };
+    Some(Best { node, score, picks })
+}
+
+/// The one step of a plan whose nodes can be ranked without choosing devices: one
+/// container asking one vendor, under a node policy that does not look at the picks
+/// (binpack, spread: the node score is the usage before the pod) and a device fit whose
+/// outcome does not depend on the order devices are tried (no NUMA binding, topology or
+/// quota). Then a node fits exactly when enough of its devices pass the checks.
+fn quick_step<'s, 'p>(plan: &PodPlan, steps: &'s [Step<'p>]) -> Option<&'s Step<'p>> {
+    let [step] = steps else {
+        return None;
+    };
+    let s = &step.settings;
+    let order_free = !s.constraints.numa_bind
+        && !s.policy.topology_aware
+        && s.quota.memory.is_none()
+        && s.quota.cores.is_none();
+    (plan.node_policy != NodePolicy::Frag && order_free).then_some(step)
+}
+
+/// Whether `step` fits on the node (`None`: the node lacks the vendor).
+fn fits_anywhere(node: &NodeState, step: &Step<'_>, vendor_key: &str) -> Option<bool> {
+    let group = node.group(vendor_key)?;
+    let set = node.device_set(group)?;
+    Some(enough_devices_pass(
+        set,
+        node.group_usage(group),
+        step.req,
+        &step.settings,
+    ))
 }
 
 /// Whether node `a` beats node `b` under the policy; ties go to the smaller name.

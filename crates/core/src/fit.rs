@@ -203,6 +203,34 @@ fn keys_of(
     }
 }
 
+/// Whether at least `req.nums` devices pass every check: exactly when the order-free fit
+/// ([`fit_container_into`] without NUMA binding, topology or quota) succeeds, found
+/// without scoring any device and stopping at the first `nums` that pass.
+pub fn enough_devices_pass(
+    set: DeviceSet<'_>,
+    usage: &[Usage],
+    req: &ContainerDeviceRequest,
+    s: &FitSettings<'_>,
+) -> bool {
+    let need = req.nums as usize;
+    let mut passing = 0;
+    for (i, info) in set.infos.iter().enumerate() {
+        if !set.facts[i].of_vendor {
+            continue;
+        }
+        if let Check::Reject(_) = check_device(info, req, s, set.cordon) {
+            continue;
+        }
+        if check_capacity(info, set.facts[i], &usage[i], req, s, PodTotals::default()).is_ok() {
+            passing += 1;
+            if passing >= need {
+                return true;
+            }
+        }
+    }
+    false
+}
+
 /// Order-free fit: check every serving device once, keep the `nums` best that pass.
 fn best_passing(
     set: DeviceSet<'_>,

@@ -481,3 +481,63 @@ fn parallel_scan_matches_the_sequential_one() {
         }
     }
 }
+
+mod quick_path {
+    //! Nodes are ranked without choosing devices when the outcome cannot depend on the
+    //! picks; this must never change a placement. The reference is the same plan with a
+    //! quota that never binds (a quota takes the full, ordered path).
+    use super::*;
+    use hami_core::fit::QuotaBudget;
+    use proptest::prelude::*;
+
+    fn reference(p: &PodPlan) -> PodPlan {
+        let mut full = p.clone();
+        full.quota.insert(
+            "NVIDIA".into(),
+            QuotaBudget {
+                memory: Some(u64::MAX / 4),
+                cores: Some(u64::MAX / 4),
+            },
+        );
+        full
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn ranking_without_picks_places_like_the_full_fit(
+            sizes in proptest::collection::vec((1u32..5, 1u32..4), 2..40),
+            usage in proptest::collection::vec((0usize..40, 0u32..4, 100u32..9000, 0u32..101), 0..60),
+            nums in 1u32..4,
+            mem in 100u32..12_000,
+            cores in 0u32..101,
+            node_policy in prop_oneof![Just("binpack"), Just("spread")],
+            gpu_policy in prop_oneof![Just("binpack"), Just("spread"), Just("mutex")],
+        ) {
+            let mut ledger = Ledger::new();
+            for (i, (n, m)) in sizes.iter().enumerate() {
+                add_node(&mut ledger, &format!("n{i:02}"), *n, m * 4_000);
+            }
+            for (k, (node, gpu, m, c)) in usage.iter().enumerate() {
+                let name = format!("n{:02}", node % sizes.len());
+                let alloc = format!("{name}-gpu-{gpu},NVIDIA,{m},{c}:;");
+                let p = with_annotations(gpu_pod(&format!("u{k}"), 1, 1, 0), &[
+                    ("hami.io/vgpu-node", name.as_str()),
+                    ("hami.io/vgpu-devices-allocated", alloc.as_str()),
+                ]);
+                if let Ok(Some(rec)) = PodRecord::from_pod(&p, &registry()) {
+                    ledger.apply_pod(rec);
+                }
+            }
+            let pod = with_annotations(gpu_pod("p", nums, mem, cores), &[
+                ("hami.io/node-scheduler-policy", node_policy),
+                ("hami.io/gpu-scheduler-policy", gpu_policy),
+            ]);
+            let quick = plan(&pod);
+            let candidates = names(&ledger);
+            let a = place(&quick, &registry(), &ledger, &candidates);
+            let b = place(&reference(&quick), &registry(), &ledger, &candidates);
+            prop_assert_eq!(a, b);
+        }
+    }
+}

@@ -120,8 +120,8 @@ pub struct Cli {
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     pub max_body_bytes: usize,
 
-    /// Threads serving HTTP and watches (0: one per CPU, at most 4). kube-scheduler
-    /// calls one /filter at a time, so a few suffice; each costs memory.
+    /// Threads for watches, API writes, events and the admin port (0: one per CPU, at
+    /// most 2). /filter and /bind have a thread of their own besides these.
     #[arg(long, env = "WORKER_THREADS", default_value_t = 0)]
     pub worker_threads: usize,
 

@@ -163,19 +163,14 @@ impl Extender {
             }
         };
 
-        self.write_annotations(&uid, &namespace, &name, &node, annotations);
+        let event = success_message(&node, misfits.len(), fits, &shown);
+        self.write_annotations(&uid, &namespace, &name, &node, annotations, subject, event);
         tracing::info!(
             pod = %format!("{namespace}/{name}"),
             %node,
             fit = fits,
             not_fit = misfits.len(),
             "filter: placed"
-        );
-        self.events.record(
-            subject,
-            EventType::Normal,
-            "FilteringSucceed",
-            success_message(&node, misfits.len(), fits, &shown),
         );
         let result = match args.nodes {
             Some(list) => {
@@ -197,8 +192,11 @@ impl Extender {
         (result, "placed")
     }
 
-    /// Writes the decision into the pod in the background; a later write for the same
-    /// pod waits for the earlier one, so the last decision is the one that lands.
+    /// Writes the decision into the pod, and records the FilteringSucceed event, in the
+    /// background runtime: one hand-over per filter, off kube-scheduler's critical path.
+    /// A later write for the same pod waits for the earlier one, so the last decision is
+    /// the one that lands.
+    #[allow(clippy::too_many_arguments)]
     fn write_annotations(
         &self,
         uid: &str,
@@ -206,6 +204,8 @@ impl Extender {
         name: &str,
         node: &str,
         annotations: BTreeMap<String, String>,
+        subject: Subject,
+        event: String,
     ) {
         let (tx, rx) = watch::channel(WriteState::Pending);
         let previous = self
@@ -214,14 +214,16 @@ impl Extender {
             .unwrap_or_else(|p| p.into_inner())
             .insert(uid.to_string(), rx.clone());
         let node = node.to_string();
-        let (client, metrics, state, writes) = (
+        let (client, metrics, state, writes, events) = (
             self.client.clone(),
             self.metrics.clone(),
             self.state.clone(),
             self.writes.clone(),
+            self.events.clone(),
         );
         let (uid, namespace, name) = (uid.to_string(), namespace.to_string(), name.to_string());
-        tokio::spawn(async move {
+        let job = async move {
+            events.record(subject, EventType::Normal, "FilteringSucceed", event);
             // Built here, off kube-scheduler's critical path.
             let mut patch = MetadataPatch::new().label(keys::VGPU_NODE, node);
             for (k, v) in annotations {
@@ -253,6 +255,13 @@ impl Extender {
                     writes.remove(&uid);
                 }
             }
+        };
+        // Handed to the background runtime by a task of this thread, which runs after the
+        // response is on its way: waking another thread is then not on kube-scheduler's
+        // clock.
+        let background = self.background.clone();
+        tokio::spawn(async move {
+            background.spawn(job);
         });
     }
 }

@@ -20,7 +20,7 @@ fn main() -> anyhow::Result<()> {
         .build_global()
         .context("starting the placement threads")?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(pick(cli.worker_threads, 4))
+        .worker_threads(pick(cli.worker_threads, 2))
         .enable_all()
         .build()
         .context("starting the async runtime")?;

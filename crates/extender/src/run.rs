@@ -62,6 +62,10 @@ pub struct Service {
     pub handshake_timeout: Duration,
     /// `Some((namespace, name, identity))` to follow kube-scheduler's Lease.
     pub leader_lease: Option<(String, String, String)>,
+    /// Answer /filter and /bind on a thread of their own (one-thread runtime), while
+    /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
+    /// wait for background work or cross-thread hand-offs of the async runtime.
+    pub dedicated_http_thread: bool,
 }
 
 impl Service {
@@ -112,6 +116,7 @@ impl Service {
             registry_interval: cli.registry_interval,
             handshake_timeout: cli.handshake_timeout,
             leader_lease,
+            dedicated_http_thread: true,
         })
     }
 }
@@ -218,13 +223,12 @@ pub async fn serve_service(
         changes,
     ));
     let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
-    let served = serve(
-        svc.listener,
-        svc.tls,
-        extender.into_handler(),
-        shutdown.clone(),
-    )
-    .await;
+    let handler = extender.into_handler();
+    let served = if svc.dedicated_http_thread {
+        serve_on_own_thread(svc.listener, svc.tls, handler, shutdown.clone()).await
+    } else {
+        serve(svc.listener, svc.tls, handler, shutdown.clone()).await
+    };
     shutdown.cancel();
     let admin_result = admin_task.await;
     served?;
@@ -233,6 +237,47 @@ pub async fn serve_service(
         Err(e) => tracing::error!(error = %e, "admin server task failed"),
     }
     Ok(())
+}
+
+/// Serves `handler` on a new thread with a one-thread runtime; resolves when it stops.
+async fn serve_on_own_thread(
+    listener: TcpListener,
+    tls: TlsConfig,
+    handler: hami_server::Handler,
+    shutdown: CancellationToken,
+) -> Result<(), hami_server::ServeError> {
+    let std_listener = listener
+        .into_std()
+        .map_err(hami_server::ServeError::LocalAddr)?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let stop = shutdown.clone();
+    let spawned = std::thread::Builder::new()
+        .name("extender-http".into())
+        .spawn(move || {
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(hami_server::ServeError::LocalAddr)
+                .and_then(|rt| {
+                    rt.block_on(async move {
+                        let listener = TcpListener::from_std(std_listener)
+                            .map_err(hami_server::ServeError::LocalAddr)?;
+                        serve(listener, tls, handler, stop).await
+                    })
+                });
+            let _ = done_tx.send(result);
+        });
+    if let Err(e) = spawned {
+        return Err(hami_server::ServeError::LocalAddr(e));
+    }
+    match done_rx.await {
+        Ok(r) => r,
+        // The thread died without answering (a panic): stop the rest too.
+        Err(_) => {
+            shutdown.cancel();
+            Ok(())
+        }
+    }
 }
 
 /// Parses nothing, binds the flags' addresses, connects, and serves until `shutdown`.

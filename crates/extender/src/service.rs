@@ -54,6 +54,8 @@ pub struct Extender {
     pub(crate) node_changes: watch::Sender<u64>,
     /// Per node: binds waiting for its lock queue here.
     queues: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Where writes and events run, away from the thread answering kube-scheduler.
+    pub(crate) background: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Extender {
@@ -88,6 +90,7 @@ impl Extender {
             writes: Arc::default(),
             node_changes,
             queues: Mutex::default(),
+            background: tokio::runtime::Handle::current(),
         }
     }
 

@@ -141,6 +141,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         registry_interval: knobs.registry_interval,
         handshake_timeout: knobs.handshake_timeout,
         leader_lease: None,
+        dedicated_http_thread: true,
     };
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
