@@ -35,6 +35,11 @@ fn fail(reason: &'static str, message: impl Into<String>) -> BindFailure {
     }
 }
 
+/// A failed API call: the pod being gone is its own (expected) reason.
+fn api_failure(e: &kube::Error, message: String) -> BindFailure {
+    fail(if is_not_found(e) { "pod_gone" } else { "api" }, message)
+}
+
 impl Extender {
     /// Answers one /bind call.
     pub async fn bind(&self, args: ExtenderBindingArgs) -> ExtenderBindingResult {
@@ -153,9 +158,8 @@ impl Extender {
             .annotate(keys::BIND_PHASE, "allocating")
             .annotate(keys::BIND_TIME, unix_now().to_string());
         if let Err(e) = patch_pod(&self.client, ns, name, &phase).await {
-            let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
-            return Err(fail(
-                reason,
+            return Err(api_failure(
+                &e,
                 format!("could not mark pod {ns}/{name} allocating: {e}"),
             ));
         }
@@ -188,13 +192,7 @@ impl Extender {
         )
         .await
         .map(|_| ())
-        .map_err(|e| {
-            let reason = if is_not_found(&e) { "pod_gone" } else { "api" };
-            fail(
-                reason,
-                format!("could not bind pod {ns}/{name} to {node}: {e}"),
-            )
-        })
+        .map_err(|e| api_failure(&e, format!("could not bind pod {ns}/{name} to {node}: {e}")))
     }
 
     /// A pod without a reservation: fine if it asks for no managed device (kube-scheduler

@@ -58,19 +58,7 @@ pub async fn watch_nodes(
     }
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listed: HashSet<String> = HashSet::new();
-    loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            n = stream.try_next() => n,
-        };
-        let event = match next {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "node watch failed; retrying");
-                continue;
-            }
-        };
+    while let Some(event) = next_event(&mut stream, &shutdown, "node").await {
         {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
             match event {
@@ -99,6 +87,25 @@ pub async fn watch_nodes(
     }
 }
 
+/// The next watch event, `None` once shutting down or the stream ended. Errors are logged
+/// and skipped: the watcher retries with backoff (and relists when it must).
+async fn next_event<K>(
+    stream: &mut (impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Unpin),
+    shutdown: &CancellationToken,
+    what: &str,
+) -> Option<Event<K>> {
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            n = stream.try_next() => n,
+        };
+        match next {
+            Ok(e) => return e,
+            Err(e) => tracing::warn!(error = %e, watch = what, "watch failed; retrying"),
+        }
+    }
+}
+
 fn apply_node(st: &mut SchedState, n: &Node) {
     let name = n.metadata.name.as_deref().unwrap_or_default();
     if let Some(issues) = st.apply_node(n) {
@@ -124,19 +131,7 @@ pub async fn watch_pods(
         .default_backoff()
         .boxed();
     let mut listed: HashSet<String> = HashSet::new();
-    loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            n = stream.try_next() => n,
-        };
-        let event = match next {
-            Ok(Some(e)) => e,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::warn!(error = %e, "pod watch failed; retrying");
-                continue;
-            }
-        };
+    while let Some(event) = next_event(&mut stream, &shutdown, "pod").await {
         let now = unix_now();
         let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
         match event {
