@@ -14,9 +14,12 @@
 //! fragmentation the pod's placement removes (higher is better). Device score (GPU
 //! policy `frag`): `−F(after)` of placing one container's share on the device.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
 
-use super::{FragMemo, ModelSet, NodeView, TaskClass, TypicalWorkload};
+use thread_local::ThreadLocal;
+
+use super::{FragMemo, ModelSet, NodeView, TaskClass, TypicalWorkload, node_frag};
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
 use crate::score::Usage;
 
@@ -24,8 +27,8 @@ use crate::score::Usage;
 /// largest value the memo key packs).
 const LIVE_CPU_FREE: i64 = (1 << 21) - 1;
 
-/// Memoised node states kept before the memo is cleared.
-const MEMO_CAP: usize = 1 << 18;
+/// Memoised node states a thread keeps before its memo is cleared (a few MiB each).
+const MEMO_CAP: usize = 1 << 16;
 
 /// Built-in typical workload: the GPU task shapes of Alibaba's openb default trace
 /// (`openb_pod_list_default.csv`), as (GPUs per task, milli per GPU, share of tasks
@@ -71,17 +74,22 @@ pub fn workload_from_shapes(shapes: &[(u32, i32, u32)]) -> TypicalWorkload {
 
 /// The fragmentation model of the live engine: a typical workload and a memo of F
 /// by node state (shared by all pods; safe to use from several threads).
+///
+/// Every device score of a `frag` placement reads F, from every thread that scans nodes,
+/// so the memo takes no lock: each thread has a memo of its own for this model (F of a
+/// state is the same whichever thread computes it; a thread only repeats the few states
+/// another one already knows).
 #[derive(Debug)]
 pub struct FragModel {
     workload: TypicalWorkload,
-    memo: Mutex<FragMemo>,
+    memo: ThreadLocal<RefCell<FragMemo>>,
 }
 
 impl FragModel {
     pub fn new(workload: TypicalWorkload) -> Self {
         Self {
             workload,
-            memo: Mutex::new(FragMemo::new(false)),
+            memo: ThreadLocal::new(),
         }
     }
 
@@ -105,7 +113,12 @@ impl FragModel {
             mem_free: 0,
             gpu_free: shares,
         };
-        let mut memo = self.memo.lock().unwrap_or_else(|e| e.into_inner());
+        let memo = self.memo.get_or(|| RefCell::new(FragMemo::new(false)));
+        // `frag_of` does not call itself, so the memo is never borrowed here already;
+        // were it ever, computing F directly gives the same value.
+        let Ok(mut memo) = memo.try_borrow_mut() else {
+            return node_frag(&view, &self.workload, false);
+        };
         if memo.len() >= MEMO_CAP {
             memo.clear();
         }
