@@ -153,8 +153,8 @@ fn allocated(pod: &Value) -> Result<Vec<Vec<DeviceUse>>, String> {
             c.into_iter()
                 .map(|d| DeviceUse {
                     uuid: d.uuid,
-                    usedmem: d.usedmem,
-                    usedcores: d.usedcores,
+                    usedmem: d.mem_mib,
+                    usedcores: d.cores,
                 })
                 .collect()
         })
@@ -341,8 +341,8 @@ fn gpu_usage(cluster: &DemoCluster) -> (Vec<GpuReport>, Vec<String>) {
                 model: d.dev_type,
                 numa: d.numa,
                 healthy: d.health,
-                memory_mib: d.devmem,
-                cores: d.devcore,
+                memory_mib: d.mem_mib,
+                cores: d.cores,
                 slots: d.count,
                 used_mem: 0,
                 used_cores: 0,

@@ -167,15 +167,15 @@ fn render_text(r: TextReport<'_>) -> String {
     );
     for c in &r.plan.requests.containers {
         for (vendor, req) in &c.by_vendor {
-            let mem = if req.memreq > 0 {
-                format!("{} MiB", req.memreq)
+            let mem = if req.mem_mib > 0 {
+                format!("{} MiB", req.mem_mib)
             } else {
-                format!("{}% memory", req.mem_percentage_req)
+                format!("{}% memory", req.mem_percent)
             };
             let _ = writeln!(
                 s,
                 "  container {:<20} {} x{} {}, {}% cores",
-                c.name, vendor, req.nums, mem, req.coresreq
+                c.name, vendor, req.nums, mem, req.cores
             );
         }
     }
@@ -225,7 +225,7 @@ fn render_text(r: TextReport<'_>) -> String {
                     let _ = writeln!(
                         s,
                         "  {:<20} {} (index {}) {} MiB, {}% cores",
-                        c.name, d.uuid, d.idx, d.usedmem, d.usedcores
+                        c.name, d.uuid, d.idx, d.mem_used, d.cores_used
                     );
                 }
             }

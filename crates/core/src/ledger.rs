@@ -353,8 +353,8 @@ impl NodeState {
             .flat_map(|(vd, us)| {
                 vd.devices.iter().zip(us).map(|(d, u)| DeviceUsage {
                     used: u.used,
-                    usedmem: u.usedmem,
-                    usedcores: u.usedcores,
+                    mem_used: u.mem_used,
+                    cores_used: u.cores_used,
                     ..DeviceUsage::idle(d)
                 })
             })

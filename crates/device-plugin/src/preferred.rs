@@ -117,8 +117,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            usedmem: 1,
-            usedcores: 1,
+            mem_used: 1,
+            cores_used: 1,
         }
     }
 
