@@ -418,10 +418,10 @@ fn verify_running(
                 Mem::Mib(m) => m,
                 Mem::Percent(pct) => g.memory_mib * pct / 100,
             };
-            if d.mem_used != mem || d.cores_used != w.cores {
+            if d.usedmem != mem || d.usedcores != w.cores {
                 p.push(format!(
                     "{at}: GPU {} gives {} MiB / {}%, wants {mem} MiB / {}%",
-                    d.uuid, d.mem_used, d.cores_used, w.cores
+                    d.uuid, d.usedmem, d.usedcores, w.cores
                 ));
             }
             if let Some(t) = ex.gpu_type
@@ -466,11 +466,11 @@ fn verify_running(
         for (i, d) in c.devices.iter().enumerate() {
             want.insert(
                 format!("CUDA_DEVICE_MEMORY_LIMIT_{i}"),
-                format!("{}m", d.mem_used),
+                format!("{}m", d.usedmem),
             );
         }
         if let Some(first) = c.devices.first() {
-            want.insert("CUDA_DEVICE_SM_LIMIT".into(), first.cores_used.to_string());
+            want.insert("CUDA_DEVICE_SM_LIMIT".into(), first.usedcores.to_string());
         }
         if !log_level.is_empty() {
             want.insert("LIBCUDA_LOG_LEVEL".into(), log_level.clone());

@@ -98,8 +98,8 @@ fn running_pod(i: usize, s: &Scenario) -> Value {
         idx: 0,
         uuid: uuid(node, gpu),
         dev_type: "NVIDIA".into(),
-        mem_used: 4_000,
-        cores_used: 10,
+        mem_mib: 4_000,
+        cores: 10,
     }]]);
     json!({
         "apiVersion": "v1", "kind": "Pod",

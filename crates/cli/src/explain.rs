@@ -167,15 +167,14 @@ fn render_text(r: TextReport<'_>) -> String {
     );
     for c in &r.plan.requests.containers {
         for (vendor, req) in &c.by_vendor {
-            let mem = if req.mem_mib > 0 {
-                format!("{} MiB", req.mem_mib)
-            } else {
-                format!("{}% memory", req.mem_percent)
+            let mem = match (req.mem_mib, req.mem_percent) {
+                (0, Some(percent)) => format!("{percent}% memory"),
+                (mib, _) => format!("{mib} MiB"),
             };
             let _ = writeln!(
                 s,
                 "  container {:<20} {} x{} {}, {}% cores",
-                c.name, vendor, req.nums, mem, req.cores
+                c.name, vendor, req.count, mem, req.cores
             );
         }
     }
@@ -225,7 +224,7 @@ fn render_text(r: TextReport<'_>) -> String {
                     let _ = writeln!(
                         s,
                         "  {:<20} {} (index {}) {} MiB, {}% cores",
-                        c.name, d.uuid, d.idx, d.mem_used, d.cores_used
+                        c.name, d.uuid, d.idx, d.mem_mib, d.cores
                     );
                 }
             }

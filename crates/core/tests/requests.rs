@@ -22,7 +22,10 @@ fn count_is_required_and_must_be_positive() {
     assert!(first_request(&[("nvidia.com/gpumem", "100")]).is_none());
     assert!(first_request(&[("nvidia.com/gpu", "0")]).is_none());
     let r = first_request(&[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "100")]).unwrap();
-    assert_eq!((r.count, r.mem_mib, r.dev_type.as_str()), (2, 100, "NVIDIA"));
+    assert_eq!(
+        (r.count, r.mem_mib, r.dev_type.as_str()),
+        (2, 100, "NVIDIA")
+    );
 }
 
 #[test]
@@ -36,10 +39,7 @@ fn unset_memory_means_whole_card_unless_default_memory() {
     let reg = VendorRegistry::from_config(&cfg);
     let p = pod("p", vec![container("c", &[("nvidia.com/gpu", "1")])]);
     let r = PodRequests::from_pod(&p, &reg).unwrap().containers[0].by_vendor["NVIDIA"].clone();
-    assert_eq!(
-        (r.mem_mib, r.mem_percent, r.cores),
-        (2048, None, 15)
-    );
+    assert_eq!((r.mem_mib, r.mem_percent, r.cores), (2048, None, 15));
 }
 
 #[test]

@@ -227,7 +227,7 @@ async fn allocate_for(
             pod = %key,
             node = %cfg.node_name,
             container = %container.name,
-            gpus = %devices.iter().map(|d| format!("{}({}MiB,{}%)", d.uuid, d.mem_used, d.cores_used)).collect::<Vec<_>>().join(","),
+            gpus = %devices.iter().map(|d| format!("{}({}MiB,{}%)", d.uuid, d.mem_mib, d.cores)).collect::<Vec<_>>().join(","),
             "allocated"
         );
         response.container_responses.push(r);
@@ -361,8 +361,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            mem_used: 1,
-            cores_used: 2,
+            mem_mib: 1,
+            cores: 2,
         }
     }
 

@@ -63,12 +63,11 @@ pub fn container_response(
     for (i, d) in grant.devices.iter().enumerate() {
         r.envs.insert(
             format!("{ENV_MEMORY_LIMIT_PREFIX}{i}"),
-            format!("{}m", d.mem_used),
+            format!("{}m", d.mem_mib),
         );
     }
     if let Some(first) = grant.devices.first() {
-        r.envs
-            .insert(ENV_SM_LIMIT.into(), first.cores_used.to_string());
+        r.envs.insert(ENV_SM_LIMIT.into(), first.cores.to_string());
     }
     r.envs.insert(
         ENV_SHARED_CACHE.into(),

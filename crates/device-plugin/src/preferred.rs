@@ -117,8 +117,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            mem_used: 1,
-            cores_used: 1,
+            mem_mib: 1,
+            cores: 1,
         }
     }
 

@@ -100,8 +100,8 @@ fn reserve(
             idx: 0,
             uuid: format!("{node}-g0"),
             dev_type: "NVIDIA".into(),
-            mem_used: mem,
-            cores_used: 10,
+            mem_mib: mem,
+            cores: 10,
         }]],
     )]);
     let annotations = pod(uid, node, mem, None, now).metadata.annotations.unwrap();
