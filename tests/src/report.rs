@@ -9,6 +9,7 @@ use std::fmt::Write;
 
 use hami_core::annotations as keys;
 use hami_core::codec::{decode_node_register, decode_pod_single_device};
+use hami_core::pod::is_terminal_phase;
 use hami_testkit::resources::{NODES, PODS};
 use hami_testkit::selectors::Selector;
 use k8s_openapi::api::core::v1::Event;
@@ -124,7 +125,7 @@ fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn terminal(pod: &Value) -> bool {
-    matches!(str_at(pod, "/status/phase"), "Succeeded" | "Failed")
+    is_terminal_phase(Some(str_at(pod, "/status/phase")))
 }
 
 /// Names of the containers in annotation order: init containers, then app containers.

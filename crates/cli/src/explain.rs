@@ -8,6 +8,7 @@ use hami_core::config::DeviceConfig;
 use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, place};
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
 use hami_core::model::ContainerDevice;
+use hami_core::pod::pod_name;
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
@@ -136,14 +137,6 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
             scores: &scores,
         })),
     }
-}
-
-fn pod_name(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("<unnamed>")
-    )
 }
 
 struct TextReport<'a> {
