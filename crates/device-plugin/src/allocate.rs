@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, retry};
-use crate::hamicore::{ContainerGrant, ResponseError, container_response, control_disabled};
+use crate::libvgpu::{ContainerGrant, ResponseError, container_response, control_disabled};
 use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod};
 use crate::shared::Shared;
 use hami_core::pod::pod_name;
