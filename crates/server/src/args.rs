@@ -1,0 +1,227 @@
+//! Flag groups the binaries flatten (`#[command(flatten)]`), so a flag that means the
+//! same thing in every binary is declared, documented and parsed once.
+//!
+//! Flag names and environment variables are the ones each binary has always had (HAMi's
+//! where HAMi has the flag; the Helm chart passes them). Where binaries name the same
+//! thing differently, the group takes the naming as a type parameter ([`AdminNaming`]),
+//! so no user-visible name changes.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::flags::parse_listen_addr;
+use crate::trace::{LogFormat, TraceError, init_tracing};
+
+/// Logging: `--log-format` (`LOG_FORMAT`) and `--log-level` (`LOG_LEVEL`). Both are
+/// global: they may also follow a subcommand.
+#[derive(Debug, Clone, PartialEq, Eq, Args)]
+pub struct LogArgs {
+    /// Log line format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
+    /// Log filter in RUST_LOG syntax (e.g. `info`, `hami_scheduler=debug,info`); RUST_LOG
+    /// is used when unset.
+    #[arg(long, env = "LOG_LEVEL", global = true)]
+    pub log_level: Option<String>,
+}
+
+impl LogArgs {
+    /// Installs the global logger these flags describe (see [`init_tracing`]).
+    pub fn init_tracing(&self) -> Result<(), TraceError> {
+        init_tracing(self.log_format, self.log_level.as_deref())
+    }
+}
+
+/// How one binary names its admin listener flag: HAMi's scheduler calls it
+/// `--metrics-bind-address`, the webhook and the device plugin `--admin-address`, each
+/// with its own default port.
+pub trait AdminNaming {
+    /// The long flag, without the leading dashes.
+    const FLAG: &'static str;
+    /// The environment variable read when the flag is absent.
+    const ENV: &'static str;
+    /// The address used when neither is given.
+    const DEFAULT: &'static str;
+}
+
+/// The admin listener ([`crate::admin`]: `/livez`, `/readyz`, `/metrics`), named by `N`.
+#[derive(Args)]
+pub struct AdminArgs<N: AdminNaming> {
+    /// Admin address: /livez, /readyz, /metrics (plain HTTP). `HOST:PORT`, or `:PORT`
+    /// for every interface.
+    #[arg(
+        long = N::FLAG,
+        env = N::ENV,
+        default_value = N::DEFAULT,
+        value_parser = parse_listen_addr,
+        value_name = "ADDRESS"
+    )]
+    pub address: SocketAddr,
+
+    #[arg(skip)]
+    naming: PhantomData<fn() -> N>,
+}
+
+impl<N: AdminNaming> AdminArgs<N> {
+    /// The group with `address` (for callers that build flags without parsing).
+    pub fn new(address: SocketAddr) -> Self {
+        AdminArgs {
+            address,
+            naming: PhantomData,
+        }
+    }
+}
+
+// By hand: derives would ask the naming marker for Debug and Clone as well.
+impl<N: AdminNaming> fmt::Debug for AdminArgs<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdminArgs")
+            .field("flag", &N::FLAG)
+            .field("address", &self.address)
+            .finish()
+    }
+}
+
+impl<N: AdminNaming> Clone for AdminArgs<N> {
+    fn clone(&self) -> Self {
+        AdminArgs::new(self.address)
+    }
+}
+
+/// The Kubernetes client: `--kubeconfig` (`KUBECONFIG`). The binaries have no QPS,
+/// burst or timeout flags; the client's defaults apply.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Args)]
+pub struct ClientArgs {
+    /// kubeconfig file; unset: in-cluster config, else KUBECONFIG / ~/.kube/config.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser, Subcommand};
+
+    struct MetricsBind;
+    impl AdminNaming for MetricsBind {
+        const FLAG: &'static str = "metrics-bind-address";
+        const ENV: &'static str = "TEST_ARGS_METRICS_BIND_ADDRESS";
+        const DEFAULT: &'static str = ":9395";
+    }
+
+    struct Admin;
+    impl AdminNaming for Admin {
+        const FLAG: &'static str = "admin-address";
+        const ENV: &'static str = "TEST_ARGS_ADMIN_ADDRESS";
+        const DEFAULT: &'static str = "0.0.0.0:9444";
+    }
+
+    #[derive(Debug, Parser)]
+    struct Flat {
+        #[command(flatten)]
+        log: LogArgs,
+        #[command(flatten)]
+        admin: AdminArgs<MetricsBind>,
+        #[command(flatten)]
+        client: ClientArgs,
+    }
+
+    #[derive(Debug, Parser)]
+    struct WithSub {
+        #[command(subcommand)]
+        command: Option<Sub>,
+        #[command(flatten)]
+        log: LogArgs,
+        #[command(flatten)]
+        admin: AdminArgs<Admin>,
+    }
+
+    #[derive(Debug, Subcommand)]
+    enum Sub {
+        Run,
+    }
+
+    #[test]
+    fn groups_are_consistent_clap_definitions() {
+        Flat::command().debug_assert();
+        WithSub::command().debug_assert();
+    }
+
+    #[test]
+    fn defaults() {
+        let f = Flat::try_parse_from(["x"]).unwrap();
+        assert_eq!(f.log.log_format, LogFormat::Text);
+        assert_eq!(f.log.log_level, None);
+        assert_eq!(f.admin.address, "0.0.0.0:9395".parse().unwrap());
+        assert_eq!(f.client.kubeconfig, None);
+        let w = WithSub::try_parse_from(["x"]).unwrap();
+        assert_eq!(w.admin.address, "0.0.0.0:9444".parse().unwrap());
+    }
+
+    #[test]
+    fn each_naming_has_its_own_flag() {
+        let f = Flat::try_parse_from([
+            "x",
+            "--metrics-bind-address=127.0.0.1:1",
+            "--log-format=json",
+            "--log-level=hami=debug,info",
+            "--kubeconfig=/k/config",
+        ])
+        .unwrap();
+        assert_eq!(f.admin.address, "127.0.0.1:1".parse().unwrap());
+        assert_eq!(f.log.log_format, LogFormat::Json);
+        assert_eq!(f.log.log_level.as_deref(), Some("hami=debug,info"));
+        assert_eq!(f.client.kubeconfig, Some(PathBuf::from("/k/config")));
+        let e = Flat::try_parse_from(["x", "--admin-address=127.0.0.1:1"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::UnknownArgument, "{e}");
+
+        let w = WithSub::try_parse_from(["x", "--admin-address", ":7"]).unwrap();
+        assert_eq!(w.admin.address, "0.0.0.0:7".parse().unwrap());
+        assert!(WithSub::try_parse_from(["x", "--metrics-bind-address=:7"]).is_err());
+    }
+
+    #[test]
+    fn log_flags_may_follow_a_subcommand() {
+        let w = WithSub::try_parse_from(["x", "run", "--log-format", "json"]).unwrap();
+        assert!(matches!(w.command, Some(Sub::Run)));
+        assert_eq!(w.log.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bad_values_name_the_flag_and_the_value() {
+        let e = Flat::try_parse_from(["x", "--metrics-bind-address=nowhere"]).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("--metrics-bind-address"), "{text}");
+        assert!(
+            text.contains("invalid listen address \"nowhere\""),
+            "{text}"
+        );
+        let e = Flat::try_parse_from(["x", "--log-format=xml"]).unwrap_err();
+        assert!(e.to_string().contains("xml"), "{e}");
+    }
+
+    #[test]
+    fn help_shows_each_naming_and_its_environment_variable() {
+        let help = Flat::command().render_long_help().to_string();
+        assert!(help.contains("--metrics-bind-address <ADDRESS>"), "{help}");
+        assert!(help.contains("TEST_ARGS_METRICS_BIND_ADDRESS"), "{help}");
+        assert!(help.contains("[env: LOG_FORMAT=]"), "{help}");
+        assert!(help.contains("[env: KUBECONFIG"), "{help}");
+        let help = WithSub::command().render_long_help().to_string();
+        assert!(help.contains("--admin-address <ADDRESS>"), "{help}");
+        assert!(help.contains("[default: 0.0.0.0:9444]"), "{help}");
+    }
+
+    #[test]
+    fn admin_args_built_without_parsing() {
+        let a = AdminArgs::<Admin>::new("127.0.0.1:0".parse().unwrap());
+        let b = a.clone();
+        assert_eq!(b.address, a.address);
+        assert!(format!("{a:?}").contains("admin-address"));
+    }
+}
