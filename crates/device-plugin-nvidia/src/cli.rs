@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use hami_server::args::{AdminArgs, AdminNaming, ClientArgs, LogArgs};
+use hami_server::args::{AdminArgs, ClientArgs, DevicePluginAdminAddress, LogArgs};
 use hami_server::flags::{DURATION_HELP, parse_go_duration};
 
 /// The NVIDIA device plugin of hami-rs.
@@ -121,7 +121,7 @@ pub struct ServeArgs {
     pub device_plugin_path: PathBuf,
 
     #[command(flatten)]
-    pub admin: AdminArgs<AdminAddress>,
+    pub admin: AdminArgs<DevicePluginAdminAddress>,
 
     /// How often the node's register annotation is checked (it is also written at once
     /// whenever the GPUs change).
@@ -136,16 +136,6 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub config: ConfigArgs,
-}
-
-/// The plugin's admin listener: `--admin-address` (`ADMIN_ADDRESS`), port 9396.
-#[derive(Debug, Clone, Copy)]
-pub struct AdminAddress;
-
-impl AdminNaming for AdminAddress {
-    const FLAG: &'static str = "admin-address";
-    const ENV: &'static str = "ADMIN_ADDRESS";
-    const DEFAULT: &'static str = "0.0.0.0:9396";
 }
 
 /// Flags of `discover`.

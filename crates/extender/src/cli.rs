@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use hami_core::policy::{GpuPolicy, NodePolicy};
-use hami_server::args::{AdminArgs, AdminNaming, ClientArgs, LogArgs};
+use hami_server::args::{AdminArgs, ClientArgs, LogArgs, MetricsBindAddress};
 use hami_server::flags::{DURATION_HELP, parse_go_duration, parse_listen_addr};
 
 /// Default body limit: a nodeCacheCapable=false ExtenderArgs carries whole Node objects.
@@ -131,17 +131,6 @@ pub struct Cli {
 
     #[command(flatten)]
     pub log: LogArgs,
-}
-
-/// The admin listener under HAMi's scheduler name: `--metrics-bind-address`
-/// (`METRICS_BIND_ADDRESS`), `:9395`.
-#[derive(Debug, Clone, Copy)]
-pub struct MetricsBindAddress;
-
-impl AdminNaming for MetricsBindAddress {
-    const FLAG: &'static str = "metrics-bind-address";
-    const ENV: &'static str = "METRICS_BIND_ADDRESS";
-    const DEFAULT: &'static str = ":9395";
 }
 
 #[cfg(test)]

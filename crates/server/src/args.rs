@@ -37,17 +37,49 @@ impl LogArgs {
     }
 }
 
-/// How one binary names its admin listener flag: HAMi's scheduler calls it
-/// `--metrics-bind-address`, the webhook and the device plugin `--admin-address`, each
-/// with its own default port.
+/// How one binary names its admin listener flag. HAMi's scheduler calls it
+/// `--metrics-bind-address`; the webhook and the device plugin `--admin-address`, each
+/// with its own default port. The namings of the hami-rs binaries follow.
+///
+/// `DEFAULT` is text, not a `SocketAddr` computed from a port: clap's derive keeps a
+/// `default_value_t` in a `static` of the generic `augment_args`, which every naming
+/// would share.
 pub trait AdminNaming {
     /// The long flag, without the leading dashes.
     const FLAG: &'static str;
     /// The environment variable read when the flag is absent.
     const ENV: &'static str;
-    /// The address used when neither is given.
+    /// The address used when neither is given, as a flag value.
     const DEFAULT: &'static str;
 }
+
+macro_rules! admin_naming {
+    ($(#[$doc:meta])* $name:ident: $flag:literal, $env:literal, $default:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name;
+
+        impl AdminNaming for $name {
+            const FLAG: &'static str = $flag;
+            const ENV: &'static str = $env;
+            const DEFAULT: &'static str = $default;
+        }
+    };
+}
+
+admin_naming!(
+    /// hami-scheduler's: HAMi's scheduler flag, `--metrics-bind-address`
+    /// (`METRICS_BIND_ADDRESS`), `:9395`.
+    MetricsBindAddress: "metrics-bind-address", "METRICS_BIND_ADDRESS", ":9395"
+);
+admin_naming!(
+    /// hami-webhook's: `--admin-address` (`ADMIN_ADDRESS`), `0.0.0.0:9444`.
+    WebhookAdminAddress: "admin-address", "ADMIN_ADDRESS", "0.0.0.0:9444"
+);
+admin_naming!(
+    /// hami-device-plugin-nvidia's: `--admin-address` (`ADMIN_ADDRESS`), `0.0.0.0:9396`.
+    DevicePluginAdminAddress: "admin-address", "ADMIN_ADDRESS", "0.0.0.0:9396"
+);
 
 /// The admin listener ([`crate::admin`]: `/livez`, `/readyz`, `/metrics`), named by `N`.
 #[derive(Args)]
@@ -107,30 +139,20 @@ mod tests {
     use super::*;
     use clap::{CommandFactory, Parser, Subcommand};
 
-    struct MetricsBind;
-    impl AdminNaming for MetricsBind {
-        const FLAG: &'static str = "metrics-bind-address";
-        const ENV: &'static str = "TEST_ARGS_METRICS_BIND_ADDRESS";
-        const DEFAULT: &'static str = ":9395";
-    }
+    type Admin = WebhookAdminAddress;
 
-    struct Admin;
-    impl AdminNaming for Admin {
-        const FLAG: &'static str = "admin-address";
-        const ENV: &'static str = "TEST_ARGS_ADMIN_ADDRESS";
-        const DEFAULT: &'static str = "0.0.0.0:9444";
-    }
-
+    /// A binary with the groups and no subcommand.
     #[derive(Debug, Parser)]
     struct Flat {
         #[command(flatten)]
         log: LogArgs,
         #[command(flatten)]
-        admin: AdminArgs<MetricsBind>,
+        admin: AdminArgs<MetricsBindAddress>,
         #[command(flatten)]
         client: ClientArgs,
     }
 
+    /// A binary with the groups and a subcommand.
     #[derive(Debug, Parser)]
     struct WithSub {
         #[command(subcommand)]
@@ -139,6 +161,13 @@ mod tests {
         log: LogArgs,
         #[command(flatten)]
         admin: AdminArgs<Admin>,
+    }
+
+    /// The device plugin's naming alone.
+    #[derive(Debug, Parser)]
+    struct Plugin {
+        #[command(flatten)]
+        admin: AdminArgs<DevicePluginAdminAddress>,
     }
 
     #[derive(Debug, Subcommand)]
@@ -150,6 +179,7 @@ mod tests {
     fn groups_are_consistent_clap_definitions() {
         Flat::command().debug_assert();
         WithSub::command().debug_assert();
+        Plugin::command().debug_assert();
     }
 
     #[test]
@@ -159,8 +189,13 @@ mod tests {
         assert_eq!(f.log.log_level, None);
         assert_eq!(f.admin.address, "0.0.0.0:9395".parse().unwrap());
         assert_eq!(f.client.kubeconfig, None);
+        // Each naming keeps its own default within one process.
         let w = WithSub::try_parse_from(["x"]).unwrap();
         assert_eq!(w.admin.address, "0.0.0.0:9444".parse().unwrap());
+        let p = Plugin::try_parse_from(["x"]).unwrap();
+        assert_eq!(p.admin.address, "0.0.0.0:9396".parse().unwrap());
+        let f = Flat::try_parse_from(["x"]).unwrap();
+        assert_eq!(f.admin.address, "0.0.0.0:9395".parse().unwrap());
     }
 
     #[test]
@@ -209,7 +244,12 @@ mod tests {
     fn help_shows_each_naming_and_its_environment_variable() {
         let help = Flat::command().render_long_help().to_string();
         assert!(help.contains("--metrics-bind-address <ADDRESS>"), "{help}");
-        assert!(help.contains("TEST_ARGS_METRICS_BIND_ADDRESS"), "{help}");
+        assert!(help.contains("[env: METRICS_BIND_ADDRESS=]"), "{help}");
+        assert!(help.contains("[default: :9395]"), "{help}");
+        assert!(
+            help.starts_with("A binary with the groups and no subcommand"),
+            "{help}"
+        );
         assert!(help.contains("[env: LOG_FORMAT=]"), "{help}");
         assert!(help.contains("[env: KUBECONFIG"), "{help}");
         let help = WithSub::command().render_long_help().to_string();

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
-use hami_server::args::{AdminArgs, AdminNaming, LogArgs};
+use hami_server::args::{AdminArgs, LogArgs, WebhookAdminAddress};
 
 use crate::handler::DEFAULT_BODY_LIMIT;
 use crate::rules::OwnedAnnotationPolicy;
@@ -68,7 +68,7 @@ pub struct ServeArgs {
     pub insecure_plain_http: bool,
 
     #[command(flatten)]
-    pub admin: AdminArgs<AdminAddress>,
+    pub admin: AdminArgs<WebhookAdminAddress>,
 
     /// Scheduler written into spec.schedulerName of pods that ask for managed devices.
     /// Empty leaves the field as it is.
@@ -99,16 +99,6 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     pub max_body_bytes: usize,
-}
-
-/// The webhook's admin listener: `--admin-address` (`ADMIN_ADDRESS`), port 9444.
-#[derive(Debug, Clone, Copy)]
-pub struct AdminAddress;
-
-impl AdminNaming for AdminAddress {
-    const FLAG: &'static str = "admin-address";
-    const ENV: &'static str = "ADMIN_ADDRESS";
-    const DEFAULT: &'static str = "0.0.0.0:9444";
 }
 
 /// Flags of `certgen`.
