@@ -4,7 +4,8 @@
 //! Flag names and environment variables are the ones each binary has always had (HAMi's
 //! where HAMi has the flag; the Helm chart passes them). Where binaries name the same
 //! thing differently, the group takes the naming as a type parameter ([`AdminNaming`]),
-//! so no user-visible name changes.
+//! so no user-visible name changes. A binary that flattens a group sets its own `about`:
+//! without one, clap shows the group's doc comment as the binary's description.
 
 use std::fmt;
 use std::marker::PhantomData;
