@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
 use hami_core::pod::pod_name;
+use hami_core::sync::MutexExt;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -32,12 +33,7 @@ impl SyncTracker {
     }
 
     fn update(&self) {
-        if self
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .synced()
-        {
+        if self.state.lock_unpoisoned().synced() {
             self.readiness.set_ready();
         }
     }
@@ -61,7 +57,7 @@ pub async fn watch_nodes(
     let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "node").await {
         {
-            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = state.lock_unpoisoned();
             match event {
                 Event::Init => listed.clear(),
                 Event::InitApply(n) => {
@@ -134,7 +130,7 @@ pub async fn watch_pods(
     let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "pod").await {
         let now = unix_now();
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = state.lock_unpoisoned();
         match event {
             Event::Init => {
                 listed.clear();
