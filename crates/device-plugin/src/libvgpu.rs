@@ -1,6 +1,6 @@
 //! The container side of an allocation: the environment and mounts of the vGPU hook,
 //! HAMi-core (`libvgpu.so`, preloaded into every process of the container), which reads
-//! them to enforce a GPU slice (reference §5.5 step 4).
+//! them to enforce a GPU slice.
 
 use std::path::{Path, PathBuf};
 
