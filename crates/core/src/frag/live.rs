@@ -249,6 +249,36 @@ mod tests {
     }
 
     #[test]
+    fn memo_answers_every_thread_as_the_measure_does() {
+        let m = FragModel::builtin();
+        // Deterministic share vectors, many repeated across threads and calls.
+        let states: Vec<Vec<i32>> = (0..400u32)
+            .map(|i| (0..8).map(|g| ((i * 37 + g * 101) % 1001) as i32).collect())
+            .collect();
+        let direct = |shares: &[i32]| {
+            let view = NodeView {
+                model: 0,
+                cpu_free: LIVE_CPU_FREE,
+                mem_free: 0,
+                gpu_free: shares,
+            };
+            node_frag(&view, m.workload(), false)
+        };
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (m, states) = (&m, &states);
+                scope.spawn(move || {
+                    for round in 0..3 {
+                        for s in states.iter().skip(t * 50 + round) {
+                            assert_eq!(m.frag_of(s).to_bits(), direct(s).to_bits());
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
     fn device_score_prefers_the_exact_fit() {
         let m = FragModel::new(workload_from_shapes(&[
             GpuTaskShape::new(1, 500, 1),
