@@ -9,6 +9,7 @@
 pub mod arrivals;
 pub mod cli;
 pub mod cluster;
+pub mod data;
 pub mod error;
 /// The fragmentation core lives in hami-core so the live scheduler shares it.
 pub use hami_core::frag;

@@ -1,6 +1,7 @@
 //! Loading the openb node and pod CSVs and normalising pods (fgd-method §6.1).
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::SimError;
@@ -73,6 +74,25 @@ impl PodRecord {
     }
 }
 
+/// Reads a whole text file; a name ending in `.gz` is gunzipped on the way, so
+/// the compressed traces under `data/` load as they are.
+pub fn read_text(path: &Path) -> Result<String, SimError> {
+    let io = |source| SimError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.extension().is_some_and(|e| e == "gz") {
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(io)
+    }
+}
+
 /// Minimal CSV reader: the openb files have no quoting, so a split on commas
 /// with a header lookup is enough and keeps errors precise (file + line).
 struct Csv {
@@ -83,10 +103,7 @@ struct Csv {
 
 impl Csv {
     fn read(path: &Path) -> Result<Self, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_text(path)?;
         let mut lines = text.lines().enumerate();
         let header_line = loop {
             match lines.next() {
