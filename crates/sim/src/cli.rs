@@ -145,7 +145,7 @@ struct PolicyJson {
     median_curve: Vec<Option<f64>>,
 }
 
-/// Curve points shown in text output (fgd-method §6.6).
+/// Curve points shown in text output (`docs/simulator.md#events-and-curves`).
 pub const CURVE_POINTS: &[usize] = &[85, 90, 92, 94, 95, 96, 100, 110, 120, 130];
 
 fn r2(x: f64) -> f64 {

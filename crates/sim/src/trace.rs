@@ -1,4 +1,5 @@
-//! Loading the openb node and pod CSVs and normalising pods (fgd-method §6.1).
+//! Loading the openb node and pod CSVs and normalising pods
+//! (`docs/simulator.md#inputs-and-normalisation`).
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -62,7 +63,7 @@ impl PodRecord {
         i64::from(self.num_gpu) * i64::from(self.gpu_milli)
     }
 
-    /// The task's typical-workload key (§3.1).
+    /// The task's typical-workload key (`docs/simulator.md#typical-workload`).
     pub fn class_key(&self) -> ClassKey {
         ClassKey {
             cpu_milli: self.cpu_milli,
@@ -227,7 +228,7 @@ pub fn load_nodes(path: &Path, models: &mut ModelTable) -> Result<Vec<NodeRecord
     Ok(nodes)
 }
 
-/// Normalises one pod row (§6.1).
+/// Normalises one pod row (`docs/simulator.md#inputs-and-normalisation`).
 #[allow(clippy::too_many_arguments)]
 fn normalise_pod(
     name: &str,

@@ -1,5 +1,5 @@
 //! Exact replay against the paper simulator's seed-42 decisions
-//! (`shared/fgd-golden`, fgd-method §6.7).
+//! (`data/fgd-golden`, `docs/simulator.md#validation-against-the-papers-simulator`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
 
