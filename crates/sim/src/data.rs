@@ -9,11 +9,7 @@ use std::path::{Path, PathBuf};
 pub fn repo_data_dir() -> PathBuf {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     // crates/sim -> the repository root.
-    manifest
-        .ancestors()
-        .nth(2)
-        .unwrap_or(manifest)
-        .join("data")
+    manifest.ancestors().nth(2).unwrap_or(manifest).join("data")
 }
 
 /// A file of the bundled openb trace, e.g. `openb_pod_list_default.csv.gz`.

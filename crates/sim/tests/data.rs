@@ -66,7 +66,10 @@ fn a_gzipped_pod_list_names_the_trace_without_its_suffixes() {
     write_gz(&d.join("tiny.csv.gz"), PODS);
     let nodes = d.join("nodes.csv.gz").display().to_string();
     let pods = d.join("tiny.csv.gz").display().to_string();
-    let out = simulate(&["--nodes", &nodes, "--pods", &pods, "--seeds", "1", "-o", "json"]).unwrap();
+    let out = simulate(&[
+        "--nodes", &nodes, "--pods", &pods, "--seeds", "1", "-o", "json",
+    ])
+    .unwrap();
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["trace"], "tiny");
 }
