@@ -1,7 +1,8 @@
 //! The repository stands on its own: no file of it points outside it (a sibling
 //! folder such as `../shared`, or a development machine's `/work/`). A lone clone
 //! must build, test and read its docs with nothing beside it; `.ci/lone-clone.sh`
-//! proves the same end to end.
+//! proves the same end to end. Citations of the repository's docs
+//! (`docs/<file>.md#<section>`, in code comments and docs alike) must land on a heading.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
 
@@ -124,4 +125,96 @@ fn the_guard_finds_what_it_looks_for() {
     walk(&dir, Path::new(""), &mut walked);
     walked.sort();
     assert_eq!(walked, [PathBuf::from("blob.gz"), PathBuf::from("doc.md")]);
+}
+
+/// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as `-`.
+fn heading_anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors_of(markdown: &str) -> Vec<String> {
+    markdown
+        .lines()
+        .filter(|l| l.starts_with('#'))
+        .map(|l| heading_anchor(l.trim_start_matches('#')))
+        .collect()
+}
+
+fn is_anchor_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '-' | '_')
+}
+
+/// Every `docs/<file>.md#<anchor>` in `text`, as (file, anchor).
+fn doc_citations(text: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (start, _) in text.match_indices("docs/") {
+        let rest = &text[start..];
+        let Some(md) = rest.find(".md#") else {
+            continue;
+        };
+        let file = &rest[..md + 3];
+        if !file["docs/".len()..]
+            .chars()
+            .all(|c| is_anchor_char(c) || c == '.')
+        {
+            continue;
+        }
+        let anchor: String = rest[md + 4..]
+            .chars()
+            .take_while(|c| is_anchor_char(*c))
+            .collect();
+        if !anchor.is_empty() {
+            found.push((file.to_string(), anchor));
+        }
+    }
+    found
+}
+
+#[test]
+fn every_cited_doc_section_exists() {
+    let root = repo_root();
+    let mut missing = Vec::new();
+    for rel in repo_files(&root) {
+        let Ok(text) = std::fs::read_to_string(root.join(&rel)) else {
+            continue;
+        };
+        for (file, anchor) in doc_citations(&text) {
+            let target = std::fs::read_to_string(root.join(&file)).unwrap_or_default();
+            if !anchors_of(&target).contains(&anchor) {
+                missing.push(format!("{}: {file}#{anchor}", rel.display()));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "these citations name a doc or section that does not exist:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn citations_and_anchors_are_read_like_github() {
+    assert_eq!(
+        heading_anchor(" Validation against the paper's simulator"),
+        "validation-against-the-papers-simulator"
+    );
+    assert_eq!(
+        heading_anchor("The placement engine in the simulator, and `frag` in the live engine"),
+        "the-placement-engine-in-the-simulator-and-frag-in-the-live-engine"
+    );
+    assert_eq!(
+        doc_citations(
+            "see `docs/protocol.md#node-lock`, docs/x.md and docs/a b.md#c (docs/simulator.md#fgd-score)."
+        ),
+        [
+            ("docs/protocol.md".to_string(), "node-lock".to_string()),
+            ("docs/simulator.md".to_string(), "fgd-score".to_string())
+        ]
+    );
 }
