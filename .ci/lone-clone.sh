@@ -7,7 +7,9 @@
 # Build outputs of dependencies and the installed test tools are reused from this
 # checkout's target/ (CARGO_TARGET_DIR, HAMI_TOOLS_DIR, HAMI_CI_VENV): cargo keys
 # workspace crates by their path, so they are rebuilt from the clone's sources, while
-# crates.io dependencies are not rebuilt.
+# crates.io dependencies are not rebuilt. What the clone's build adds to target/ (a set
+# of workspace artifacts under hashes of the temporary path, several GB) is removed
+# afterwards, so repeated runs do not pile up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,7 +19,26 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
 fi
 
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+# Paths under target/ before the run (the tool folders are left alone).
+list_target() {
+    find "$target" \( -path "$target/tools" -o -path "$target/ci-venv" \) -prune -o -print |
+        LC_ALL=C sort
+}
+cleanup() {
+    if [ -s "$tmp/before" ]; then
+        list_target >"$tmp/after"
+        # Deepest first, so folders are empty when their turn comes.
+        LC_ALL=C comm -13 "$tmp/before" "$tmp/after" | sort -r | while IFS= read -r path; do
+            rm -rf -- "$path"
+        done
+    fi
+    rm -rf -- "$tmp"
+}
+trap cleanup EXIT
+if [ -d "$target" ]; then
+    list_target >"$tmp/before"
+fi
+
 git clone --quiet . "$tmp/repo"
 echo "lone clone: $(git -C "$tmp/repo" rev-parse --short HEAD) in $tmp/repo (alone in $tmp)"
 
