@@ -1,6 +1,6 @@
 //! The container side of an allocation: the environment and mounts of the vGPU hook,
 //! HAMi-core (`libvgpu.so`, preloaded into every process of the container), which reads
-//! them to enforce a GPU slice.
+//! them to enforce a GPU slice (`docs/protocol.md#allocate`, step 4).
 
 use std::path::{Path, PathBuf};
 

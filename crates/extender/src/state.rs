@@ -2,7 +2,7 @@
 //! and by the extender's own decisions. Pure (no I/O, no clock of its own: callers pass
 //! `now`), so the rules below are unit-tested without an API server.
 //!
-//! Which pods hold devices (design invariant 1):
+//! Which pods hold devices (invariant 1, `docs/architecture.md#invariants`):
 //! - a pod **bound** to the node its annotations name holds what `hami.io/vgpu-devices-allocated`
 //!   says until it terminates or is deleted (terminating pods still hold);
 //! - a pod this process **reserved** in /filter holds its devices at once, before the

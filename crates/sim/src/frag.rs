@@ -12,8 +12,8 @@ pub use hami_core::frag::{
     FragMemo, MEMO_MAX_GPUS, ModelSet, NodeView, TaskClass, TypicalWorkload, node_frag,
 };
 
-/// Key used to group tasks into classes (§3.1). Memory is not part of the
-/// paper's key; `mem_mib` is carried as the class's mean memory for the
+/// Key used to group tasks into classes (`docs/simulator.md#typical-workload`). Memory is not
+/// part of the paper's key; `mem_mib` is carried as the class's mean memory for the
 /// memory-aware variant of our policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassKey {

@@ -1,6 +1,6 @@
-//! The GPU fragmentation measure (FGD, Weng et al., USENIX ATC '23, §3): a typical
-//! workload M, the fragmentation F_n(M) of one node's free resources and a memo of it by
-//! node state.
+//! The GPU fragmentation measure (FGD, Weng et al., USENIX ATC '23;
+//! `docs/simulator.md#node-fragmentation`): a typical workload M, the fragmentation F_n(M)
+//! of one node's free resources and a memo of it by node state.
 //!
 //! The placement engine's `frag` policies ([`live`]) and the simulator (`hami-sim`, which
 //! adds the paper's scoring and our tuned scorer on top) share this one measure. It only
@@ -59,8 +59,8 @@ pub struct NodeView<'a> {
     pub gpu_free: &'a [i32],
 }
 
-/// F_n(M) of §3.2: the expected milli-GPU that a task drawn from M could not
-/// use on this node. When `mem_aware` is set, a class also counts as not
+/// F_n(M) of `docs/simulator.md#node-fragmentation`: the expected milli-GPU that a task drawn
+/// from M could not use on this node. When `mem_aware` is set, a class also counts as not
 /// fitting when its (mean) memory does not fit, an extension of ours.
 ///
 /// Per-class contributions are accumulated in the paper simulator's bucket
