@@ -353,8 +353,7 @@ impl SchedState {
         let Some(uid_str) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
             return out;
         };
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if hami_core::pod::is_terminal(pod) {
             self.delete_pod(uid_str);
             return out;
         }
