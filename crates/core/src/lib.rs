@@ -2,7 +2,7 @@
 //!
 //! No I/O, no async, no Kubernetes client: services feed it objects and get back
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
-//! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
+//! [`config`], [`request`] and [`resources`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`] and
 //! [`ledger`] (usage), [`engine`] (one pod over many nodes). [`pod`] holds the rules about
 //! pods every component shares, [`sync`] the one poison-tolerant locking rule every crate
@@ -21,6 +21,7 @@ pub mod pod;
 pub mod policy;
 pub mod reason;
 pub mod request;
+pub mod resources;
 pub mod score;
 pub mod sync;
 pub mod vendor;
