@@ -55,7 +55,7 @@ impl Extender {
             }
             (None, None) => Vec::new(),
         };
-        let plan = match PodPlan::new(&pod, &self.registry, &self.settings.defaults) {
+        let mut plan = match PodPlan::new(&pod, &self.registry, &self.settings.defaults) {
             Ok(p) => p,
             Err(e) => {
                 let msg = format!("pod {namespace}/{name} cannot be scheduled: {e}");
@@ -102,6 +102,10 @@ impl Extender {
         let decision = {
             let mut st = self.lock_state();
             st.begin_filter(&uid, now);
+            if plan.frag.is_some() {
+                // The workload learnt from this cluster's pods, not the built-in one.
+                plan.frag = Some(st.frag_model(now));
+            }
             let chosen = place_reporting(
                 &plan,
                 &self.registry,
@@ -132,6 +136,9 @@ impl Extender {
                     );
                     if !report.unknown_devices.is_empty() {
                         tracing::error!(%node, devices = ?report.unknown_devices, "reserved devices the node does not register");
+                    }
+                    if plan.frag.is_some() {
+                        st.reserve_resources(&uid, &node, plan.resources);
                     }
                     Ok((node, annotations))
                 }

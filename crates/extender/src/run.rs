@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
+use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, JsonRoutes, Readiness, serve_admin_with};
 use hami_server::device_config::load_device_config;
 use hami_server::{CancellationToken, TlsConfig, serve};
 use kube::Client;
@@ -200,7 +201,16 @@ pub async fn serve_service(
         svc.settings,
         changes,
     ));
-    let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
+    let frag_state = extender.state.clone();
+    let routes = JsonRoutes::new().route("/debug/frag-workload", move || {
+        frag_state.lock_unpoisoned().frag_view()
+    });
+    let admin_task = tokio::spawn(serve_admin_with(
+        svc.admin_listener,
+        admin,
+        routes,
+        shutdown.clone(),
+    ));
     let handler = extender.into_handler();
     let served = if svc.dedicated_http_thread {
         serve_on_own_thread(svc.listener, svc.tls, handler, shutdown.clone()).await

@@ -1,4 +1,5 @@
-//! The admin port: `/livez`, `/readyz` and `/metrics`.
+//! The admin port: `/livez`, `/readyz` and `/metrics`, plus any read-only JSON routes a
+//! service adds ([`JsonRoutes`], e.g. the extender's `/debug/frag-workload`).
 
 use std::sync::{Arc, RwLock};
 
@@ -55,16 +56,61 @@ pub struct AdminState {
     pub registry: Arc<Registry>,
 }
 
+/// A JSON document computed on each request.
+pub type JsonView = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// Extra read-only routes of a service's admin port, each answering GET with a JSON document.
+#[derive(Clone, Default)]
+pub struct JsonRoutes {
+    routes: Vec<(String, JsonView)>,
+}
+
+impl std::fmt::Debug for JsonRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.routes.iter().map(|(p, _)| p))
+            .finish()
+    }
+}
+
+impl JsonRoutes {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `path` (e.g. `/debug/frag-workload`), answered with what `view` returns.
+    pub fn route(
+        mut self,
+        path: impl Into<String>,
+        view: impl Fn() -> serde_json::Value + Send + Sync + 'static,
+    ) -> Self {
+        self.routes.push((path.into(), Arc::new(view)));
+        self
+    }
+
+    fn get(&self, path: &str) -> Option<&JsonView> {
+        self.routes.iter().find(|(p, _)| p == path).map(|(_, v)| v)
+    }
+}
+
 /// The admin routes as a [`Handler`], for tests or to mount elsewhere.
 pub fn admin_handler(state: AdminState) -> Handler {
-    let state = Arc::new(state);
+    admin_handler_with(state, JsonRoutes::default())
+}
+
+/// [`admin_handler`] with `extra` routes.
+pub fn admin_handler_with(state: AdminState, extra: JsonRoutes) -> Handler {
+    let state = Arc::new((state, extra));
     handler_fn(move |req| {
         let state = state.clone();
-        async move { route(&state, req.uri().path()) }
+        async move { route(&state.0, &state.1, req.uri().path()) }
     })
 }
 
-fn route(state: &AdminState, path: &str) -> HttpResponse {
+fn route(state: &AdminState, extra: &JsonRoutes, path: &str) -> HttpResponse {
+    if let Some(view) = extra.get(path) {
+        return respond::json(StatusCode::OK, &view());
+    }
     match path {
         "/livez" | "/healthz" => respond::text(StatusCode::OK, "ok"),
         "/readyz" => match state.readiness.check() {
@@ -97,5 +143,21 @@ pub async fn serve_admin(
     state: AdminState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve(listener, TlsConfig::None, admin_handler(state), shutdown).await
+    serve_admin_with(listener, state, JsonRoutes::default(), shutdown).await
+}
+
+/// [`serve_admin`] with `extra` routes.
+pub async fn serve_admin_with(
+    listener: TcpListener,
+    state: AdminState,
+    extra: JsonRoutes,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve(
+        listener,
+        TlsConfig::None,
+        admin_handler_with(state, extra),
+        shutdown,
+    )
+    .await
 }

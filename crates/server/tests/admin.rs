@@ -63,3 +63,37 @@ async fn livez_readyz_metrics() {
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
+
+/// A service's extra JSON routes answer beside the standard ones, computed per request.
+#[tokio::test]
+async fn extra_json_routes() {
+    use hami_server::admin::{JsonRoutes, serve_admin_with};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let state = AdminState {
+        readiness: Readiness::ready(),
+        registry: Arc::new(Registry::default()),
+    };
+    let calls = Arc::new(AtomicU64::new(0));
+    let seen = calls.clone();
+    let routes = JsonRoutes::new().route(
+        "/debug/thing",
+        move || serde_json::json!({"calls": seen.fetch_add(1, Ordering::Relaxed) + 1}),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(serve_admin_with(listener, state, routes, shutdown.clone()));
+    let get = |path: &'static str| async move {
+        http_request(addr, request("GET", path, "").unwrap())
+            .await
+            .unwrap()
+    };
+    let first = get("/debug/thing").await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.text().trim(), r#"{"calls":1}"#);
+    assert_eq!(get("/debug/thing").await.text().trim(), r#"{"calls":2}"#);
+    assert_eq!(get("/livez").await.status, StatusCode::OK);
+    assert_eq!(get("/debug/other").await.status, StatusCode::NOT_FOUND);
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
