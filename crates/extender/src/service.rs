@@ -15,7 +15,7 @@ use kube::Client;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorReason, Metrics, Operation};
 use crate::state::SchedState;
 use crate::wire::{ExtenderBindingResult, ExtenderFilterResult};
 
@@ -148,7 +148,7 @@ impl Extender {
                     Ok(result) => respond::json(StatusCode::OK, &result),
                     // kube-scheduler reads errors in-band: 200 with `Error` set.
                     Err(e) => {
-                        self.metrics.error("filter", "bad_body");
+                        self.metrics.error(Operation::Filter, ErrorReason::BadBody);
                         respond::json(StatusCode::OK, &ExtenderFilterResult::error(e))
                     }
                 }
@@ -156,7 +156,7 @@ impl Extender {
             (Method::POST, "/bind") => match self.read_json(req).await {
                 Ok(args) => respond::json(StatusCode::OK, &self.bind(args).await),
                 Err(e) => {
-                    self.metrics.error("bind", "bad_body");
+                    self.metrics.error(Operation::Bind, ErrorReason::BadBody);
                     respond::json(StatusCode::OK, &ExtenderBindingResult { error: e })
                 }
             },
@@ -178,6 +178,19 @@ impl Extender {
             .map_err(|e| e.to_string())?;
         serde_json::from_slice(&body)
             .map_err(|e| format!("request body is not valid JSON for this call: {e}"))
+    }
+}
+
+/// A failed call: the message for kube-scheduler and a bounded metric reason.
+pub(crate) struct Failure {
+    pub reason: ErrorReason,
+    pub message: String,
+}
+
+pub(crate) fn fail(reason: ErrorReason, message: impl Into<String>) -> Failure {
+    Failure {
+        reason,
+        message: message.into(),
     }
 }
 

@@ -119,6 +119,23 @@ pub struct PodApplied {
     pub bound_elsewhere: Option<(String, String)>,
 }
 
+/// /filter's decision for a pod, as [`SchedState::reserve`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation<'a> {
+    pub uid: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub node: &'a str,
+    /// Per vendor, per container: the devices chosen.
+    pub devices: &'a BTreeMap<String, PodSingleDevice>,
+    /// Container kinds in annotation order (how the devices collapse per pod).
+    pub kinds: &'a [ContainerKind],
+    /// The annotations that will be written into the pod (the decision's signature).
+    pub annotations: &'a BTreeMap<String, String>,
+    /// When the decision was made (unix seconds).
+    pub at: i64,
+}
+
 /// A pod whose hold ended by timeout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Expired {
@@ -525,24 +542,15 @@ impl SchedState {
     }
 
     /// Records /filter's decision for the pod: its devices count from now on.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reserve(
-        &mut self,
-        uid: &str,
-        namespace: &str,
-        name: &str,
-        node: &str,
-        devices: &BTreeMap<String, PodSingleDevice>,
-        kinds: &[ContainerKind],
-        annotations: &BTreeMap<String, String>,
-        now: i64,
-    ) -> ApplyReport {
-        let record = PodRecord::from_devices(uid, namespace, name, node, devices, kinds);
+    pub fn reserve(&mut self, r: &Reservation<'_>) -> ApplyReport {
+        let record =
+            PodRecord::from_devices(r.uid, r.namespace, r.name, r.node, r.devices, r.kinds);
+        let now = r.at;
         let sig = self
-            .signature(annotations)
-            .unwrap_or_else(|| self.hasher.hash_one((node, now)));
+            .signature(r.annotations)
+            .unwrap_or_else(|| self.hasher.hash_one((r.node, now)));
         let key = record.uid.clone();
-        let node = self.ledger.intern(node);
+        let node = self.ledger.intern(r.node);
         let epoch = self.epoch;
         let entry = self.pods.entry(key.clone()).or_insert_with(PodEntry::new);
         entry.abandoned.retain(|s| *s != sig);
@@ -640,28 +648,22 @@ impl SchedState {
                 continue;
             };
             let reservation = matches!(e.holding, Holding::Reserved { .. });
-            let held = self.ledger.pod(&uid).map(|r| {
-                (
-                    r.namespace.to_string(),
-                    r.name.to_string(),
-                    r.node.to_string(),
-                )
+            let held = self.ledger.pod(&uid).map(|r| Expired {
+                uid: uid.to_string(),
+                namespace: r.namespace.to_string(),
+                name: r.name.to_string(),
+                node: r.node.to_string(),
+                reservation,
             });
             if reservation {
                 self.abandon(&uid, now);
             } else {
                 self.sync(&uid, now, None);
             }
-            if let Some((namespace, name, node)) = held
+            if let Some(expired) = held
                 && self.ledger.pod(&uid).is_none()
             {
-                out.push(Expired {
-                    uid: uid.to_string(),
-                    namespace,
-                    name,
-                    node,
-                    reservation,
-                });
+                out.push(expired);
             }
         }
         out

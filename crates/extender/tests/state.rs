@@ -8,7 +8,7 @@ use hami_core::config::DeviceConfig;
 use hami_core::model::{ContainerDevice, DeviceInfo};
 use hami_core::request::ContainerKind;
 use hami_core::vendor::VendorRegistry;
-use hami_scheduler::state::SchedState;
+use hami_scheduler::state::{Reservation, SchedState};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
@@ -105,16 +105,16 @@ fn reserve(
         }]],
     )]);
     let annotations = pod(uid, node, mem, None, now).metadata.annotations.unwrap();
-    st.reserve(
+    st.reserve(&Reservation {
         uid,
-        "default",
-        &format!("p-{uid}"),
+        namespace: "default",
+        name: &format!("p-{uid}"),
         node,
-        &devices,
-        &[ContainerKind::App],
-        &annotations,
-        now,
-    );
+        devices: &devices,
+        kinds: &[ContainerKind::App],
+        annotations: &annotations,
+        at: now,
+    });
     annotations
 }
 
