@@ -3,8 +3,8 @@
 //! No I/O, no async, no Kubernetes client: services feed it objects and get back
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
-//! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`] and
-//! [`ledger`] (usage), [`engine`] (one pod over many nodes).
+//! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
+//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes).
 
 pub mod accounting;
 pub mod annotations;
@@ -13,6 +13,7 @@ pub mod config;
 pub mod engine;
 pub mod fit;
 pub mod frag;
+pub mod holding;
 pub mod ledger;
 pub mod model;
 pub mod policy;

@@ -2,17 +2,17 @@
 //! and by the extender's own decisions. Pure (no I/O, no clock of its own: callers pass
 //! `now`), so the rules below are unit-tested without an API server.
 //!
-//! Which pods hold devices (design invariant 1):
-//! - a pod **bound** to the node its annotations name holds what `hami.io/vgpu-devices-allocated`
-//!   says until it terminates or is deleted (terminating pods still hold);
+//! Which pods hold devices (design invariant 1): what a pod's own object says, by the
+//! rule `hamictl explain` applies to snapshots too ([`hami_core::holding`]: bound pods
+//! hold until they terminate, unbound ones until `hami.io/vgpu-time` + the reservation
+//! timeout, pods bound elsewhere nothing), plus what only this process knows:
 //! - a pod this process **reserved** in /filter holds its devices at once, before the
 //!   annotations reach the API server, until the pod's own annotations show the same
 //!   decision (then it is an annotated pod like any other), the reservation is abandoned
 //!   (bind failed, re-filtered) or it expires unbound;
-//! - an **unbound** pod with annotations (written by an earlier run or another replica)
-//!   holds them only until `hami.io/vgpu-time` + the reservation timeout, so a pod whose
-//!   bind never happened cannot block idle GPUs for ever (HAMi's phantom reservations);
-//! - a pod bound to another node than its annotations name holds nothing.
+//! - a decision this process **abandoned** does not count again while the pod stays
+//!   unbound, even if its annotations still show it;
+//! - a pod in the middle of **/bind** keeps its hold whatever its age.
 //!
 //! Memory: a cluster of 5,000 nodes and 50,000 pods must fit in a few tens of MiB, so
 //! what a pod holds lives once, in the ledger (with interned strings); the per-pod
@@ -24,6 +24,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use hami_core::annotations as keys;
+use hami_core::holding::{self, Expiry, Standing};
 use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
 };
@@ -385,15 +386,8 @@ impl SchedState {
             }
         };
         let sig = self.signature(annotations);
-        let vgpu_time = annotations
-            .get(keys::VGPU_TIME)
-            .and_then(|t| t.trim().parse::<i64>().ok());
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty())
-            .map(|n| self.ledger.intern(n));
+        let vgpu_time = holding::decided_at(annotations);
+        let bound = holding::bound_node(pod).map(|n| self.ledger.intern(n));
         if let (Some(b), Some(r)) = (&bound, &record)
             && *b != r.node
         {
@@ -503,16 +497,13 @@ impl SchedState {
             Holding::Reserved { .. } => (true, entry.bound.is_none()),
             Holding::Annotated {
                 node, vgpu_time, ..
-            } => match &entry.bound {
-                Some(b) if b == node => (true, false),
-                Some(_) => (false, false),
+            } => {
+                let standing =
+                    Standing::of(node, *vgpu_time, entry.bound.as_deref(), self.expiry(now));
                 // A pod in the middle of /bind keeps its hold whatever its age.
-                None => (
-                    self.binding.contains(uid)
-                        || vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl)),
-                    true,
-                ),
-            },
+                let pinned = standing == Standing::Expired && self.binding.contains(uid);
+                (standing.holds() || pinned, entry.bound.is_none())
+            }
         };
         tracing::trace!(%uid, holds, unbound, bound = ?entry.bound, "pod hold synced");
         if !holds {
@@ -626,17 +617,15 @@ impl SchedState {
 
     /// Ends holds of pods that stayed unbound past the reservation timeout.
     pub fn expire(&mut self, now: i64) -> Vec<Expired> {
-        let ttl = self.reservation_ttl;
+        let expiry = self.expiry(now);
         let due: Vec<Arc<str>> = self
             .unbound_holders
             .iter()
             .filter(|uid| !self.binding.contains(*uid))
             .filter(|uid| {
                 self.pods.get(*uid).is_some_and(|e| match &e.holding {
-                    Holding::Reserved { at, .. } => now >= at.saturating_add(ttl),
-                    Holding::Annotated { vgpu_time, .. } => {
-                        vgpu_time.is_none_or(|t| now >= t.saturating_add(ttl))
-                    }
+                    Holding::Reserved { at, .. } => expiry.expired(Some(*at)),
+                    Holding::Annotated { vgpu_time, .. } => expiry.expired(*vgpu_time),
                     Holding::None => true,
                 })
             })
@@ -667,6 +656,11 @@ impl SchedState {
             }
         }
         out
+    }
+
+    /// How unbound decisions are judged at `now`.
+    fn expiry(&self, now: i64) -> Expiry {
+        Expiry::new(now, self.reservation_ttl)
     }
 
     /// Number of pods known (holding or not).
