@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, retry};
 use crate::hamicore::{ContainerGrant, ResponseError, container_response, control_disabled};
-use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, pod_key};
+use crate::pending::{
+    LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, pod_key, trace_pod,
+};
 use crate::shared::Shared;
 
 /// Why an Allocate call failed; the text reaches the user through kubelet's
@@ -110,6 +112,7 @@ pub(crate) async fn allocate(
 ) -> Result<AllocateResponse, AllocateError> {
     let _one_at_a_time = shared.allocate_lock.lock().await;
     let pod = find_pending_pod(&shared.kube, &shared.cfg).await?;
+    trace_pod(&pod);
     let key = pod_key(&pod);
     match allocate_for(shared, &pod, request).await {
         Ok(response) => {

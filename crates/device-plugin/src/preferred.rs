@@ -10,7 +10,7 @@ use hami_kubelet_api::v1beta1::{
 
 use crate::config::PluginConfig;
 use crate::inventory::Inventory;
-use crate::pending::{find_pending_pod, pod_key};
+use crate::pending::{find_pending_pod, pod_key, trace_pod};
 use crate::shared::Shared;
 
 /// Never fails: without a pending pod or a readable annotation, kubelet gets no preference
@@ -26,6 +26,7 @@ pub(crate) async fn preferred(
             Vec::new()
         }
         Ok(pod) => {
+            trace_pod(&pod);
             let value = pod
                 .metadata
                 .annotations
