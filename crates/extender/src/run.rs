@@ -18,9 +18,9 @@ use crate::cli::Cli;
 use crate::housekeeping::{self, expire_reservations};
 use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
-use crate::service::{Extender, Settings};
+use crate::service::{Extender, ExtenderParts, Settings};
 use crate::state::SchedState;
-use crate::watch::{SyncTracker, watch_nodes, watch_pods};
+use crate::watch::{NodeWatch, SyncTracker, watch_nodes, watch_pods};
 
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -181,14 +181,14 @@ pub async fn serve_service(
             l
         }
     };
-    tokio::spawn(watch_nodes(
-        client.clone(),
-        state.clone(),
-        svc.node_label_selector.clone(),
-        changes.clone(),
-        sync.clone(),
-        shutdown.clone(),
-    ));
+    let nodes = NodeWatch {
+        client: client.clone(),
+        state: state.clone(),
+        label_selector: svc.node_label_selector.clone(),
+        changes: changes.clone(),
+        sync: sync.clone(),
+    };
+    tokio::spawn(watch_nodes(nodes, shutdown.clone()));
     tokio::spawn(watch_pods(
         client.clone(),
         state.clone(),
@@ -212,12 +212,14 @@ pub async fn serve_service(
     tokio::spawn(registry_round.run(changes.subscribe(), shutdown.clone()));
 
     let extender = Arc::new(Extender::new(
-        state,
-        client,
-        events,
-        metrics,
+        ExtenderParts {
+            state,
+            client,
+            events,
+            metrics,
+            node_changes: changes,
+        },
         svc.settings,
-        changes,
     ));
     let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
     let handler = extender.into_handler();

@@ -66,15 +66,31 @@ impl std::fmt::Debug for Extender {
     }
 }
 
+/// What the extender works with, made by the caller.
+pub struct ExtenderParts {
+    pub state: Arc<Mutex<SchedState>>,
+    pub client: Client,
+    pub events: Recorder,
+    pub metrics: Metrics,
+    /// Bumped on every node event (lock waiters wake on it).
+    pub node_changes: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for ExtenderParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtenderParts").finish_non_exhaustive()
+    }
+}
+
 impl Extender {
-    pub fn new(
-        state: Arc<Mutex<SchedState>>,
-        client: Client,
-        events: Recorder,
-        metrics: Metrics,
-        settings: Settings,
-        node_changes: watch::Sender<u64>,
-    ) -> Self {
+    pub fn new(parts: ExtenderParts, settings: Settings) -> Self {
+        let ExtenderParts {
+            state,
+            client,
+            events,
+            metrics,
+            node_changes,
+        } = parts;
         let registry = state
             .lock()
             .unwrap_or_else(|p| p.into_inner())
