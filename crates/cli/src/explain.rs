@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Context;
-use hami_core::config::DeviceConfig;
 use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, place};
 use hami_core::holding::Expiry;
 use hami_core::model::ContainerDevice;
 use hami_core::vendor::VendorRegistry;
+use hami_server::device_config::load_device_config;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
@@ -17,14 +17,7 @@ use crate::usage::{SnapshotUsage, pod_name, snapshot_usage};
 use crate::{ExplainArgs, OutputFormat};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
-    let config = match &args.config {
-        None => DeviceConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            DeviceConfig::from_yaml(&text).with_context(|| format!("{}", path.display()))?
-        }
-    };
+    let config = load_device_config(args.config.as_deref())?;
     let registry = VendorRegistry::from_config(&config);
     let snap = load_snapshot(&args.snapshot)?;
     let pod = load_pod(&args.pod)?;
@@ -36,7 +29,7 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     };
     let expiry = Expiry::new(
         now,
-        i64::try_from(args.reservation_timeout_seconds).unwrap_or(i64::MAX),
+        i64::try_from(args.reservation_timeout.as_secs()).unwrap_or(i64::MAX),
     );
     let SnapshotUsage {
         ledger,

@@ -78,10 +78,10 @@ pub struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
-    /// An unbound pod's GPU assignment counts this many seconds after its
-    /// `hami.io/vgpu-time`, as in hami-scheduler (its `--reservation-timeout`).
-    #[arg(long, default_value_t = 120)]
-    pub reservation_timeout_seconds: u64,
+    /// An unbound pod's GPU assignment counts this long after its `hami.io/vgpu-time`,
+    /// as in hami-scheduler (same flag, same default).
+    #[arg(long, default_value = "2m", value_parser = hami_server::flags::parse_go_duration, value_name = "DURATION")]
+    pub reservation_timeout: std::time::Duration,
     /// Judge the snapshot at this time (Unix seconds) instead of now: unbound pods'
     /// assignments expire relative to it.
     #[arg(long)]

@@ -4,7 +4,8 @@
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
-//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes).
+//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes). [`sync`]
+//! holds the one poison-tolerant locking rule every crate uses.
 
 pub mod accounting;
 pub mod annotations;
@@ -20,4 +21,5 @@ pub mod policy;
 pub mod reason;
 pub mod request;
 pub mod score;
+pub mod sync;
 pub mod vendor;

@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use hami_core::config::{DeviceConfig, NvidiaConfig};
+use hami_core::config::NvidiaConfig;
 use hami_device_plugin::config::socket_name_for;
 use hami_device_plugin::{DeviceFilter, HamiCoreSettings, PluginConfig, VendorSpec};
+use hami_server::device_config::{DeviceConfigError, load_device_config};
 
 use crate::cli::ConfigArgs;
 use crate::node_config::{self, NodeConfig, NodeConfigError};
@@ -14,38 +15,14 @@ use crate::node_config::{self, NodeConfig, NodeConfigError};
 /// Why the settings could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("cannot read device config {path}: {source}")]
-    ReadDeviceConfig {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("device config {path}: {source}")]
-    DeviceConfig {
-        path: String,
-        source: hami_core::config::ConfigError,
-    },
+    #[error(transparent)]
+    DeviceConfig(#[from] DeviceConfigError),
     #[error(transparent)]
     NodeConfig(#[from] NodeConfigError),
     #[error(
         "operating mode {0:?} is not supported: use hami-core (or mps, served like hami-core); MIG is not implemented by hami-device-plugin-nvidia"
     )]
     OperatingMode(String),
-}
-
-/// Reads device-config.yaml, or the chart defaults when no file is given.
-pub fn load_device_config(path: Option<&Path>) -> Result<DeviceConfig, SettingsError> {
-    let Some(path) = path else {
-        return Ok(DeviceConfig::default());
-    };
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| SettingsError::ReadDeviceConfig {
-        path: shown.clone(),
-        source,
-    })?;
-    DeviceConfig::from_yaml(&text).map_err(|source| SettingsError::DeviceConfig {
-        path: shown,
-        source,
-    })
 }
 
 /// Everything that does not depend on the serving flags.
@@ -190,7 +167,7 @@ mod tests {
         a.config_file = Some(dir.path().join("missing.yaml"));
         assert!(matches!(
             load(&a, None),
-            Err(SettingsError::ReadDeviceConfig { .. })
+            Err(SettingsError::DeviceConfig(DeviceConfigError::Read { .. }))
         ));
 
         a.config_file = None;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use hami_core::annotations as keys;
 use hami_core::engine::PodPlan;
+use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::lock::{self, Acquired, LockError};
 use hami_k8s::patch::{MetadataPatch, is_not_found, patch_pod};
@@ -239,12 +240,7 @@ impl Extender {
 
     /// Waits for the pod's annotation write from /filter, if one is in flight.
     async fn await_write(&self, uid: &str, ns: &str, name: &str) -> Result<(), Failure> {
-        let pending = self
-            .writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(uid)
-            .cloned();
+        let pending = self.writes.lock_unpoisoned().get(uid).cloned();
         let Some(mut rx) = pending else {
             return Ok(());
         };
@@ -261,7 +257,7 @@ impl Extender {
         };
         if state != WriteState::Written {
             // Reported once; a new /filter starts a new write.
-            let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+            let mut writes = self.writes.lock_unpoisoned();
             if writes.get(uid).is_some_and(|r| r.same_channel(&rx)) {
                 writes.remove(uid);
             }

@@ -18,6 +18,7 @@ use std::time::Instant;
 use hami_core::annotations as keys;
 use hami_core::engine::{PodPlan, allocation_annotations, place_reporting};
 use hami_core::fit::FitFailure;
+use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::patch::{MetadataPatch, patch_pod};
 use k8s_openapi::api::core::v1::Pod;
@@ -277,8 +278,7 @@ impl Extender {
         let (tx, rx) = watch::channel(WriteState::Pending);
         let previous = self
             .writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .insert(pod_id.uid.clone(), rx.clone());
         let (client, metrics, state, writes, events) = (
             self.client.clone(),
@@ -314,10 +314,7 @@ impl Extender {
                 Err(e) => {
                     tracing::warn!(pod = %pod_id.key(), error = %e, "could not annotate the pod with its placement; reservation dropped");
                     metrics.error(Operation::Filter, ErrorReason::AnnotateFailed);
-                    state
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .abandon(uid, unix_now());
+                    state.lock_unpoisoned().abandon(uid, unix_now());
                     WriteState::Failed(e.to_string())
                 }
             };
@@ -326,7 +323,7 @@ impl Extender {
             // Forget a finished write unless a newer one replaced it; a failure stays
             // for /bind to report.
             if written {
-                let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
+                let mut writes = writes.lock_unpoisoned();
                 if writes.get(uid).is_some_and(|r| r.same_channel(&rx)) {
                     writes.remove(uid);
                 }

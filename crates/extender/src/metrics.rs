@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hami_core::sync::MutexExt;
 use prometheus_client::collector::Collector;
 use std::fmt::Write as _;
 
@@ -293,7 +294,7 @@ struct UsageCollector {
 
 impl UsageCollector {
     fn rows(&self) -> Vec<DeviceRow> {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.state.lock_unpoisoned();
         let mut rows = Vec::new();
         for node in state.ledger().nodes() {
             for (vd, usage) in node.groups() {

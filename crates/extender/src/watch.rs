@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
+use hami_core::sync::MutexExt;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -31,12 +32,7 @@ impl SyncTracker {
     }
 
     fn update(&self) {
-        if self
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .synced()
-        {
+        if self.state.lock_unpoisoned().synced() {
             self.readiness.set_ready();
         }
     }
@@ -79,7 +75,7 @@ pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
     let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "node").await {
         {
-            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = state.lock_unpoisoned();
             match event {
                 Event::Init => listed.clear(),
                 Event::InitApply(n) => {
@@ -152,7 +148,7 @@ pub async fn watch_pods(
     let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "pod").await {
         let now = unix_now();
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = state.lock_unpoisoned();
         match event {
             Event::Init => {
                 listed.clear();

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, RwLock};
 
+use hami_core::sync::RwLockExt;
 use hyper::StatusCode;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -30,16 +31,16 @@ impl Readiness {
     }
 
     pub fn set_ready(&self) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.0.write_unpoisoned() = None;
     }
 
     pub fn set_not_ready(&self, reason: impl Into<String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(reason.into());
+        *self.0.write_unpoisoned() = Some(reason.into());
     }
 
     /// `Ok` when ready, else the reason.
     pub fn check(&self) -> Result<(), String> {
-        match &*self.0.read().unwrap_or_else(|p| p.into_inner()) {
+        match &*self.0.read_unpoisoned() {
             None => Ok(()),
             Some(reason) => Err(reason.clone()),
         }

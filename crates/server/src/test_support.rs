@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use hami_core::sync::MutexExt;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -183,7 +184,7 @@ pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
 impl LogCapture {
     fn buffer(&self) -> MutexGuard<'_, Vec<u8>> {
         // A test that panicked while logging leaves the bytes it wrote: keep reading them.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.0.lock_unpoisoned()
     }
 
     /// The lines written so far, without the text format's ANSI colours.
