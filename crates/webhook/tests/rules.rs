@@ -552,30 +552,3 @@ fn garbage_is_an_error_not_a_panic() {
         assert!(wh.admit(body).is_err(), "{}", String::from_utf8_lossy(body));
     }
 }
-
-/// An admission review runs in a span naming the pod (its generateName prefix at
-/// CREATE, before the API server names it): lines logged inside carry it.
-#[test]
-fn admission_lines_carry_the_pod() {
-    use hami_server::test_support::LogCapture;
-    use hami_server::trace::{LogFormat, subscriber};
-
-    let capture = LogCapture::default();
-    let dispatch = subscriber(LogFormat::Json, Some("info"), capture.clone()).unwrap();
-    let object = pod(vec![container("train", json!({"nvidia.com/gpu": "1"}))]);
-    let (_, outcome) = tracing::dispatcher::with_default(&dispatch, || admit(&object));
-    assert_eq!(outcome, Outcome::Patched);
-    let lines: Vec<Value> = capture
-        .lines()
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let admitted = lines
-        .iter()
-        .find(|l| l["message"] == "admitted")
-        .unwrap_or_else(|| panic!("no admitted line in {lines:?}"));
-    assert_eq!(admitted["span"]["name"], "admission");
-    assert_eq!(admitted["span"]["pod.namespace"], "team-a");
-    assert_eq!(admitted["span"]["pod.name"], "gpu-job-");
-    assert_eq!(admitted["span"]["pod.uid"], "");
-}
