@@ -8,7 +8,7 @@ mod common;
 use common::*;
 use hami_server::test_support::LogCapture;
 use hami_server::trace::{LogFormat, subscriber};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[tokio::test]
 async fn allocate_lines_carry_the_pod() {
@@ -31,15 +31,9 @@ async fn allocate_lines_carry_the_pod() {
         .await;
     c.kubelet.admit(&pod).await.unwrap();
 
-    let lines: Vec<Value> = capture
-        .lines()
-        .iter()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    let allocated = lines
-        .iter()
-        .find(|l| l["message"] == "allocated")
-        .unwrap_or_else(|| panic!("no allocated line in {lines:?}"));
+    let lines = capture.json_logged("allocated");
+    assert_eq!(lines.len(), 1, "{:?}", capture.lines());
+    let allocated = &lines[0];
     let span = &allocated["span"];
     assert_eq!(span["name"], "allocate", "{allocated}");
     assert_eq!(span["pod.namespace"], "default", "{allocated}");

@@ -122,12 +122,11 @@ impl Extender {
         let span = match &args.pod {
             Some(pod) => {
                 let meta = &pod.metadata;
-                let field = |v: &Option<String>| v.clone().unwrap_or_default();
                 hami_server::pod_span!(
                     "filter",
-                    field(&meta.namespace),
-                    field(&meta.name),
-                    field(&meta.uid)
+                    meta.namespace.as_deref().unwrap_or_default(),
+                    meta.name.as_deref().unwrap_or_default(),
+                    meta.uid.as_deref().unwrap_or_default()
                 )
             }
             None => hami_server::pod_span!("filter"),

@@ -8,17 +8,7 @@ mod common;
 use common::{Cluster, Knobs, chosen, gpu_pod, gpus};
 use hami_server::test_support::LogCapture;
 use hami_server::trace::{LogFormat, subscriber};
-use serde_json::{Value, json};
-
-/// The JSON lines logged with `message`.
-fn logged(capture: &LogCapture, message: &str) -> Vec<Value> {
-    capture
-        .lines()
-        .iter()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["message"] == message)
-        .collect()
-}
+use serde_json::json;
 
 #[tokio::test]
 async fn filter_and_bind_lines_carry_the_pod() {
@@ -45,7 +35,7 @@ async fn filter_and_bind_lines_carry_the_pod() {
     assert_eq!(c.bind("traced", "n1").await.error, "");
 
     for (message, span) in [("filter: placed", "filter"), ("bind: bound", "bind")] {
-        let lines = logged(&capture, message);
+        let lines = capture.json_logged(message);
         assert_eq!(lines.len(), 1, "{message}: {:?}", capture.lines());
         let fields = &lines[0]["span"];
         assert_eq!(fields["name"], span, "{}", lines[0]);

@@ -194,6 +194,16 @@ impl LogCapture {
             .map(without_colours)
             .collect()
     }
+
+    /// The JSON-format lines (see [`crate::trace::LogFormat::Json`]) whose message is
+    /// `message`.
+    pub fn json_logged(&self, message: &str) -> Vec<serde_json::Value> {
+        self.lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == message)
+            .collect()
+    }
 }
 
 /// `line` without SGR sequences (`ESC [ … m`), the only escapes the log format writes.

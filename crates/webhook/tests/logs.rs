@@ -12,7 +12,7 @@ use hami_webhook::handler::{DEFAULT_BODY_LIMIT, Webhook};
 use hami_webhook::metrics::{Metrics, Outcome};
 use hami_webhook::rules::{RuleConfig, Rules};
 use prometheus_client::registry::Registry;
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[test]
 fn admission_lines_carry_the_pod() {
@@ -32,15 +32,9 @@ fn admission_lines_carry_the_pod() {
     let (_, outcome) = webhook.admit(&body).unwrap();
     assert_eq!(outcome, Outcome::Patched);
 
-    let lines: Vec<Value> = capture
-        .lines()
-        .iter()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let admitted = lines
-        .iter()
-        .find(|l| l["message"] == "admitted")
-        .unwrap_or_else(|| panic!("no admitted line in {lines:?}"));
+    let lines = capture.json_logged("admitted");
+    assert_eq!(lines.len(), 1, "{:?}", capture.lines());
+    let admitted = &lines[0];
     assert_eq!(admitted["span"]["name"], "admission", "{admitted}");
     assert_eq!(admitted["span"]["pod.namespace"], "team-a", "{admitted}");
     assert_eq!(admitted["span"]["pod.name"], "gpu-job-", "{admitted}");
