@@ -1,5 +1,5 @@
 //! The placement engine: fit a pod on candidate nodes, score, pick one node and its
-//! devices, and produce the annotations the scheduler writes (reference §4.5).
+//! devices, and produce the annotations the scheduler writes (`docs/protocol.md#filter`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -550,7 +550,8 @@ fn better_node(policy: NodePolicy, a_score: f32, a: &str, b_score: f32, b: &str)
     by_score.then_with(|| b.cmp(a)).is_gt()
 }
 
-/// The pod annotations the scheduler writes for a placement (reference §2.1):
+/// The pod annotations the scheduler writes for a placement
+/// (`docs/protocol.md#pod-annotations-the-scheduler-writes`):
 /// node, decision time, and per vendor the to-allocate and allocated device strings.
 pub fn allocation_annotations(
     registry: &VendorRegistry,

@@ -1,4 +1,4 @@
-//! Fitting one container's request onto one node's devices (reference §4.4), with
+//! Fitting one container's request onto one node's devices (`docs/protocol.md#fit-checks`), with
 //! HAMi's checks in HAMi's order and its reason names.
 
 use std::collections::BTreeSet;

@@ -1,6 +1,6 @@
 //! Whether a pod's allocation counts, and on which node: the one rule the extender
 //! (watched pods) and `hamictl explain` (snapshots) apply, so that for the same pods they
-//! compute the same usage (design invariant 1).
+//! compute the same usage (invariant 1, `docs/architecture.md#invariants`).
 //!
 //! A pod placed by the scheduler carries the decision in its annotations
 //! (`hami.io/vgpu-node`, `hami.io/vgpu-time`, the vendors' `*-devices-allocated`):

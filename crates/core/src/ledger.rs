@@ -1,5 +1,5 @@
 //! The allocation ledger: one record per pod UID, and per-node device usage kept up to
-//! date incrementally from it (design invariant 1).
+//! date incrementally from it (invariant 1, `docs/architecture.md#invariants`).
 //!
 //! Usage = inventory − Σ records. Applying or deleting a pod touches only the devices
 //! it holds, so the placement engine reads usage without rescanning pods.

@@ -1,4 +1,5 @@
-//! Node and GPU scheduling policies (reference §4.2, §4.3).
+//! Node and GPU scheduling policies (`docs/protocol.md#scores`,
+//! `docs/protocol.md#gpu-policies`).
 
 use std::cmp::Ordering;
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Node and device scores (reference §4.2).
+//! Node and device scores (`docs/protocol.md#scores`).
 //!
 //! Scores are `f32` as in HAMi so rankings agree with HAMi's on the same inputs.
 

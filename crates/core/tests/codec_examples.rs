@@ -1,4 +1,4 @@
-//! The reference's examples and every rejection rule of every annotation codec.
+//! HAMi's example values (`docs/protocol.md`) and every rejection rule of every annotation codec.
 
 // Test helpers outside `#[test]` functions panic on purpose when a fixture is wrong.
 #![allow(clippy::expect_used, clippy::unwrap_used)]

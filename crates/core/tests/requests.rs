@@ -1,4 +1,4 @@
-//! Request parsing from Pod specs (reference §3.1).
+//! Request parsing from Pod specs (`docs/protocol.md#resources-and-requests`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,6 +1,6 @@
-//! HAMi's Allocate protocol (reference §5.5): turn the scheduler's decision, written in the
-//! pod's annotations, into the containers' environment and mounts, then record that the
-//! pod got its devices (bind phase, node lock).
+//! HAMi's Allocate protocol (`docs/protocol.md#allocate`): turn the scheduler's decision,
+//! written in the pod's annotations, into the containers' environment and mounts, then
+//! record that the pod got its devices (bind phase, node lock).
 
 use hami_core::annotations::BIND_PHASE;
 use hami_core::codec::{decode_pod_single_device, encode_pod_single_device};

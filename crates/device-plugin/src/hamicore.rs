@@ -1,5 +1,5 @@
 //! The container side of an allocation: the environment and mounts HAMi-core
-//! (`libvgpu.so`) reads to enforce a GPU slice (reference §5.5 step 4).
+//! (`libvgpu.so`) reads to enforce a GPU slice (`docs/protocol.md#allocate`, step 4).
 
 use std::path::{Path, PathBuf};
 

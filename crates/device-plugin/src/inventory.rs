@@ -54,7 +54,7 @@ impl Inventory {
         }
     }
 
-    /// The register annotation's entries (reference §5.4).
+    /// The register annotation's entries (`docs/protocol.md#node-register`).
     pub fn register_info(&self, cfg: &PluginConfig) -> Vec<DeviceInfo> {
         self.devices
             .iter()

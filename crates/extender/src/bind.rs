@@ -1,7 +1,8 @@
 //! POST /bind: take the node lock, mark the pod `allocating`, create the Binding.
 //!
-//! Every early return gives back what was taken (design invariant 4): the node lock
-//! (unless this pod already held it before this call) and the reservation.
+//! Every early return gives back what was taken (invariant 4,
+//! `docs/architecture.md#invariants`): the node lock (unless this pod already held it
+//! before this call) and the reservation.
 
 use std::time::{Duration, Instant};
 

@@ -2,10 +2,11 @@
 //! and by the extender's own decisions. Pure (no I/O, no clock of its own: callers pass
 //! `now`), so the rules below are unit-tested without an API server.
 //!
-//! Which pods hold devices (design invariant 1): what a pod's own object says, by the
-//! rule `hamictl explain` applies to snapshots too ([`hami_core::holding`]: bound pods
-//! hold until they terminate, unbound ones until `hami.io/vgpu-time` + the reservation
-//! timeout, pods bound elsewhere nothing), plus what only this process knows:
+//! Which pods hold devices (invariant 1, `docs/architecture.md#invariants`): what a
+//! pod's own object says, by the rule `hamictl explain` applies to snapshots too
+//! ([`hami_core::holding`]: bound pods hold until they terminate, unbound ones until
+//! `hami.io/vgpu-time` + the reservation timeout, pods bound elsewhere nothing), plus
+//! what only this process knows:
 //! - a pod this process **reserved** in /filter holds its devices at once, before the
 //!   annotations reach the API server, until the pod's own annotations show the same
 //!   decision (then it is an annotated pod like any other), the reservation is abandoned

@@ -1,6 +1,7 @@
-//! HAMi's node lock (reference §2.7): annotation `hami.io/mutex.lock` on the node, value
-//! `<RFC3339>,<namespace>,<pod>`, taken by the scheduler at Bind and released by the device
-//! plugin once the pod's devices are allocated (or by the scheduler when Bind fails).
+//! HAMi's node lock (`docs/protocol.md#node-lock`): annotation `hami.io/mutex.lock` on the
+//! node, value `<RFC3339>,<namespace>,<pod>`, taken by the scheduler at Bind and released
+//! by the device plugin once the pod's devices are allocated (or by the scheduler when Bind
+//! fails).
 //!
 //! Every write carries the node's resourceVersion, so two lockers racing for one node
 //! cannot both win: the loser gets 409, re-reads and sees the winner. A lock is taken over

@@ -9,6 +9,7 @@
 pub mod arrivals;
 pub mod cli;
 pub mod cluster;
+pub mod data;
 pub mod error;
 /// The fragmentation core lives in hami-core so the live scheduler shares it.
 pub use hami_core::frag;
@@ -73,7 +74,7 @@ impl Experiment {
         self.nodes.iter().map(|n| i64::from(n.gpus)).sum::<i64>() * 1000
     }
 
-    /// One sampled run (§6.3) of `policy` with `seed`.
+    /// One sampled run (`docs/simulator.md#arrival-stream`) of `policy` with `seed`.
     pub fn run_seed(
         &self,
         policy: &str,

@@ -1,4 +1,5 @@
-//! GPU fragmentation measure (FGD, Weng et al., USENIX ATC '23, §3) and the
+//! GPU fragmentation measure (FGD, Weng et al., USENIX ATC '23;
+//! `docs/simulator.md#node-fragmentation`) and the
 //! node/GPU scoring of our fragmentation-aware policy.
 //!
 //! Pure and self-contained (moved here from hami-sim): it only sees plain data (a
@@ -42,8 +43,8 @@ pub struct TaskClass {
     pub weight: f64,
 }
 
-/// Key used to group tasks into classes (§3.1). Memory is not part of the
-/// paper's key; `mem_mib` is carried as the class's mean memory for the
+/// Key used to group tasks into classes (`docs/simulator.md#typical-workload`). Memory is not
+/// part of the paper's key; `mem_mib` is carried as the class's mean memory for the
 /// memory-aware variant of our policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassKey {
@@ -175,8 +176,8 @@ pub struct NodeView<'a> {
     pub gpu_free: &'a [i32],
 }
 
-/// F_n(M) of §3.2: the expected milli-GPU that a task drawn from M could not
-/// use on this node. When `mem_aware` is set, a class also counts as not
+/// F_n(M) of `docs/simulator.md#node-fragmentation`: the expected milli-GPU that a task drawn
+/// from M could not use on this node. When `mem_aware` is set, a class also counts as not
 /// fitting when its (mean) memory does not fit, an extension of ours.
 ///
 /// Per-class contributions are accumulated in the paper simulator's bucket
