@@ -7,13 +7,14 @@ use anyhow::Context;
 use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, place};
 use hami_core::holding::Expiry;
 use hami_core::model::ContainerDevice;
+use hami_core::pod::pod_name;
 use hami_core::vendor::VendorRegistry;
 use hami_server::device_config::load_device_config;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use crate::snapshot::{load_pod, load_snapshot};
-use crate::usage::{SnapshotUsage, pod_name, snapshot_usage};
+use crate::usage::{SnapshotUsage, snapshot_usage};
 use crate::{ExplainArgs, OutputFormat};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
@@ -133,15 +134,14 @@ fn render_text(r: TextReport<'_>) -> String {
     );
     for c in &r.plan.requests.containers {
         for (vendor, req) in &c.by_vendor {
-            let mem = if req.memreq > 0 {
-                format!("{} MiB", req.memreq)
-            } else {
-                format!("{}% memory", req.mem_percentage_req)
+            let mem = match (req.mem_mib, req.mem_percent) {
+                (0, Some(percent)) => format!("{percent}% memory"),
+                (mib, _) => format!("{mib} MiB"),
             };
             let _ = writeln!(
                 s,
                 "  container {:<20} {} x{} {}, {}% cores",
-                c.name, vendor, req.nums, mem, req.coresreq
+                c.name, vendor, req.count, mem, req.cores
             );
         }
     }
@@ -191,7 +191,7 @@ fn render_text(r: TextReport<'_>) -> String {
                     let _ = writeln!(
                         s,
                         "  {:<20} {} (index {}) {} MiB, {}% cores",
-                        c.name, d.uuid, d.idx, d.usedmem, d.usedcores
+                        c.name, d.uuid, d.idx, d.mem_mib, d.cores
                     );
                 }
             }

@@ -4,8 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use hami_core::holding::{Expiry, PodHolding, Standing, bound_node, pod_holding};
+use hami_core::holding::{Expiry, PodHolding, Standing, pod_holding};
 use hami_core::ledger::{Ledger, NodeInventory};
+use hami_core::pod::{bound_node, pod_name};
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -77,13 +78,4 @@ pub fn snapshot_usage(
         }
     }
     usage
-}
-
-/// `namespace/name` for messages.
-pub fn pod_name(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("<unnamed>")
-    )
 }

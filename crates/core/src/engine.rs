@@ -515,18 +515,13 @@ fn scan<'a, 'l>(
 /// The one step of a plan whose nodes can be ranked without choosing devices: one
 /// container asking one vendor, under a node policy that does not look at the picks
 /// (binpack, spread: the node score is the usage before the pod) and a device fit whose
-/// outcome does not depend on the order devices are tried (no NUMA binding, topology or
-/// quota). Then a node fits exactly when enough of its devices pass the checks.
+/// outcome does not depend on the order devices are tried ([`FitSettings::order_free`]).
+/// Then a node fits exactly when enough of its devices pass the checks.
 fn quick_step<'s, 'p>(plan: &PodPlan, steps: &'s [Step<'p>]) -> Option<&'s Step<'p>> {
     let [step] = steps else {
         return None;
     };
-    let s = &step.settings;
-    let order_free = !s.constraints.numa_bind
-        && !s.policy.topology_aware
-        && s.quota.memory.is_none()
-        && s.quota.cores.is_none();
-    (plan.node_policy != NodePolicy::Frag && order_free).then_some(step)
+    (plan.node_policy != NodePolicy::Frag && step.settings.order_free()).then_some(step)
 }
 
 /// Whether `step` fits on the node (`None`: the node lacks the vendor).

@@ -23,6 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::annotations as keys;
 use crate::ledger::{PodRecord, PodRecordError};
+use crate::pod::bound_node;
 use crate::vendor::VendorRegistry;
 
 /// When holdings are judged, and how long an unbound decision holds.
@@ -92,14 +93,6 @@ pub fn decided_at(annotations: &BTreeMap<String, String>) -> Option<i64> {
     annotations
         .get(keys::VGPU_TIME)
         .and_then(|t| t.trim().parse::<i64>().ok())
-}
-
-/// The node the pod is bound to (`spec.nodeName`), if any.
-pub fn bound_node(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .filter(|n| !n.is_empty())
 }
 
 /// What a pod holds, by its own object.

@@ -4,8 +4,9 @@
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
-//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes). [`sync`]
-//! holds the one poison-tolerant locking rule every crate uses.
+//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes). [`pod`] holds
+//! the rules about pods every component shares, [`sync`] the one poison-tolerant locking
+//! rule every crate uses.
 
 pub mod accounting;
 pub mod annotations;
@@ -17,6 +18,7 @@ pub mod frag;
 pub mod holding;
 pub mod ledger;
 pub mod model;
+pub mod pod;
 pub mod policy;
 pub mod reason;
 pub mod request;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use hami_core::config::NvidiaConfig;
 use hami_device_plugin::config::socket_name_for;
-use hami_device_plugin::{DeviceFilter, HamiCoreSettings, PluginConfig, VendorSpec};
+use hami_device_plugin::{DeviceFilter, PluginConfig, VendorSpec, VgpuHookSettings};
 use hami_server::device_config::{DeviceConfigError, load_device_config};
 
 use crate::cli::ConfigArgs;
@@ -88,7 +88,7 @@ pub fn plugin_config(
             uuids: node.filter_uuids.clone(),
             indexes: node.filter_indexes.clone(),
         },
-        hami_core: HamiCoreSettings {
+        vgpu_hook: VgpuHookSettings {
             hook_path: args.hook_path.clone(),
             lib_cuda_log_level: node
                 .lib_cuda_log_level
@@ -136,8 +136,8 @@ mod tests {
         assert_eq!(c.socket_name, "nvidia-vgpu.sock");
         assert_eq!(c.split_count, 3);
         assert_eq!(c.memory_scaling, 2.0);
-        assert_eq!(c.hami_core.lib_cuda_log_level, "4");
-        assert!(c.hami_core.disable_core_limit);
+        assert_eq!(c.vgpu_hook.lib_cuda_log_level, "4");
+        assert!(c.vgpu_hook.disable_core_limit);
         assert_eq!(c.filter.indexes, [1]);
         assert!(!c.preferred_allocation);
         assert_eq!(c.operating_mode, "hami-core");

@@ -11,11 +11,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, retry};
-use crate::hamicore::{ContainerGrant, ResponseError, container_response, control_disabled};
-use crate::pending::{
-    LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, pod_key, trace_pod,
-};
+use crate::libvgpu::{ContainerGrant, ResponseError, container_response, control_disabled};
+use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, trace_pod};
 use crate::shared::Shared;
+use hami_core::pod::pod_name;
 
 /// Why an Allocate call failed; the text reaches the user through kubelet's
 /// `UnexpectedAdmissionError`.
@@ -113,7 +112,7 @@ pub(crate) async fn allocate(
     let _one_at_a_time = shared.allocate_lock.lock().await;
     let pod = find_pending_pod(&shared.kube, &shared.cfg).await?;
     trace_pod(&pod);
-    let key = pod_key(&pod);
+    let key = pod_name(&pod);
     match allocate_for(shared, &pod, request).await {
         Ok(response) => {
             shared.metrics.allocation(true);
@@ -134,7 +133,7 @@ async fn allocate_for(
     request: AllocateRequest,
 ) -> Result<AllocateResponse, AllocateError> {
     let cfg = &shared.cfg;
-    let key = pod_key(pod);
+    let key = pod_name(pod);
     let ann_key = cfg.vendor.to_allocate_annotation.as_str();
     let value = annotation(pod, ann_key).unwrap_or_default();
     let mut entries: PodSingleDevice =
@@ -230,7 +229,7 @@ async fn allocate_for(
             pod = %key,
             node = %cfg.node_name,
             container = %container.name,
-            gpus = %devices.iter().map(|d| format!("{}({}MiB,{}%)", d.uuid, d.usedmem, d.usedcores)).collect::<Vec<_>>().join(","),
+            gpus = %devices.iter().map(|d| format!("{}({}MiB,{}%)", d.uuid, d.mem_mib, d.cores)).collect::<Vec<_>>().join(","),
             "allocated"
         );
         response.container_responses.push(r);
@@ -309,7 +308,7 @@ async fn write(shared: &Shared, pod: &Pod, patch: &MetadataPatch) -> Result<(), 
     .await
     .map(|_| ())
     .map_err(|source| AllocateError::Record {
-        pod: pod_key(pod),
+        pod: pod_name(pod),
         source,
     })
 }
@@ -325,9 +324,9 @@ async fn release_lock(shared: &Shared, pod: &Pod) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     match hami_k8s::lock::release(&shared.kube, &shared.cfg.node_name, ns, name).await {
-        Ok(r) => tracing::debug!(pod = %pod_key(pod), result = ?r, "node lock release"),
+        Ok(r) => tracing::debug!(pod = %pod_name(pod), result = ?r, "node lock release"),
         Err(e) => {
-            tracing::warn!(pod = %pod_key(pod), error = %e, "cannot release the node lock; it expires on its own")
+            tracing::warn!(pod = %pod_name(pod), error = %e, "cannot release the node lock; it expires on its own")
         }
     }
 }
@@ -336,7 +335,7 @@ async fn release_lock(shared: &Shared, pod: &Pod) {
 async fn give_up(shared: &Shared, pod: &Pod, error: &AllocateError) {
     let patch = MetadataPatch::new().annotate(BIND_PHASE, PHASE_FAILED);
     if let Err(e) = write(shared, pod, &patch).await {
-        tracing::warn!(pod = %pod_key(pod), error = %e, "cannot mark the pod failed");
+        tracing::warn!(pod = %pod_name(pod), error = %e, "cannot mark the pod failed");
     }
     release_lock(shared, pod).await;
     if let Some(events) = &shared.events {
@@ -364,8 +363,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            usedmem: 1,
-            usedcores: 2,
+            mem_mib: 1,
+            cores: 2,
         }
     }
 

@@ -304,10 +304,10 @@ impl UsageCollector {
                         uuid: d.id.clone(),
                         index: d.index.to_string(),
                         dev_type: d.dev_type.clone(),
-                        totalmem: u64::from(d.devmem),
-                        totalcore: u64::from(d.devcore),
-                        usedmem: u.usedmem,
-                        usedcores: u.usedcores,
+                        totalmem: u64::from(d.mem_mib),
+                        totalcore: u64::from(d.cores),
+                        usedmem: u.mem_used,
+                        usedcores: u.cores_used,
                         used: u64::from(u.used),
                     });
                 }

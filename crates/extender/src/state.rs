@@ -372,8 +372,7 @@ impl SchedState {
         let Some(uid_str) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
             return out;
         };
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if hami_core::pod::is_terminal(pod) {
             self.delete_pod(uid_str);
             return out;
         }
@@ -388,7 +387,7 @@ impl SchedState {
         };
         let sig = self.signature(annotations);
         let vgpu_time = holding::decided_at(annotations);
-        let bound = holding::bound_node(pod).map(|n| self.ledger.intern(n));
+        let bound = hami_core::pod::bound_node(pod).map(|n| self.ledger.intern(n));
         if let (Some(b), Some(r)) = (&bound, &record)
             && *b != r.node
         {

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
+use hami_core::pod::pod_name;
 use hami_core::sync::MutexExt;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
@@ -203,12 +204,4 @@ fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
     if !applied.report.unknown_devices.is_empty() {
         tracing::warn!(pod = %pod_name(p), devices = ?applied.report.unknown_devices, "pod holds devices its node does not register");
     }
-}
-
-fn pod_name(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
 }

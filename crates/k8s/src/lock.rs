@@ -303,14 +303,13 @@ fn owner_done(pod: &Pod, node: &str) -> bool {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty() && n != node);
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let bind_phase = pod
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(BIND_PHASE))
         .map(String::as_str);
-    matches!(phase, Some("Succeeded" | "Failed"))
+    hami_core::pod::is_terminal(pod)
         || matches!(bind_phase, Some("success" | "failed"))
         || pod.metadata.deletion_timestamp.is_some()
         || bound_elsewhere

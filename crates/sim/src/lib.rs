@@ -11,8 +11,7 @@ pub mod cli;
 pub mod cluster;
 pub mod data;
 pub mod error;
-/// The fragmentation core lives in hami-core so the live scheduler shares it.
-pub use hami_core::frag;
+pub mod frag;
 pub mod metrics;
 pub mod policy;
 pub mod runner;
@@ -58,7 +57,7 @@ impl Experiment {
         let mut models = ModelTable::default();
         let nodes = trace::load_nodes(nodes, &mut models)?;
         let pods = trace::load_pods(pods, &mut models)?;
-        let workload = TypicalWorkload::from_tasks(
+        let workload = frag::typical_workload(
             pods.iter().map(|p| (p.class_key(), p.memory_mib)),
             TYPICAL_COVERAGE_PCT,
         );
