@@ -10,7 +10,8 @@
 //! - [`device_config`]: HAMi's `device-config.yaml` read from a file, for every binary.
 //! - [`respond`]: small JSON/text response helpers.
 //! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
-//! - [`trace::init_tracing`]: text or JSON logs.
+//! - [`trace::init_tracing`]: text or JSON logs; [`pod_span!`]: the span every call
+//!   made for one pod runs in (`pod.namespace`, `pod.name`, `pod.uid`).
 //! - [`shutdown::shutdown_on_signals`]: a token cancelled by SIGTERM or Ctrl-C.
 
 pub mod admin;
