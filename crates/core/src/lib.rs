@@ -4,7 +4,8 @@
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`] and
-//! [`ledger`] (usage), [`engine`] (one pod over many nodes).
+//! [`ledger`] (usage), [`engine`] (one pod over many nodes). Beside them, [`shared_region`]:
+//! HAMi-core's per-container cache file, as the node monitor reads it.
 
 pub mod accounting;
 pub mod annotations;
@@ -19,4 +20,5 @@ pub mod policy;
 pub mod reason;
 pub mod request;
 pub mod score;
+pub mod shared_region;
 pub mod vendor;

@@ -15,33 +15,69 @@ use crate::tls::TlsConfig;
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// A shared readiness flag: not ready (with a reason) until someone says otherwise.
+/// Besides the main flag, named components (supervised tasks) can each hold a reason of
+/// their own; the process is ready only when none does.
 #[derive(Debug, Clone)]
-pub struct Readiness(Arc<RwLock<Option<String>>>);
+pub struct Readiness(Arc<RwLock<ReadyState>>);
+
+#[derive(Debug, Default)]
+struct ReadyState {
+    main: Option<String>,
+    components: std::collections::BTreeMap<String, String>,
+}
 
 impl Readiness {
     /// Starts not ready, with `reason` shown by `/readyz`.
     pub fn not_ready(reason: impl Into<String>) -> Self {
-        Readiness(Arc::new(RwLock::new(Some(reason.into()))))
+        Readiness(Arc::new(RwLock::new(ReadyState {
+            main: Some(reason.into()),
+            ..ReadyState::default()
+        })))
     }
 
     /// Starts ready.
     pub fn ready() -> Self {
-        Readiness(Arc::new(RwLock::new(None)))
+        Readiness(Arc::new(RwLock::new(ReadyState::default())))
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ReadyState> {
+        self.0.write().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn set_ready(&self) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = None;
+        self.write().main = None;
     }
 
     pub fn set_not_ready(&self, reason: impl Into<String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(reason.into());
+        self.write().main = Some(reason.into());
     }
 
-    /// `Ok` when ready, else the reason.
+    /// Sets (`Err`) or clears (`Ok`) the reason `component` holds against readiness.
+    pub fn set_component(&self, component: &str, state: Result<(), String>) {
+        let mut s = self.write();
+        match state {
+            Ok(()) => {
+                s.components.remove(component);
+            }
+            Err(reason) => {
+                s.components.insert(component.to_string(), reason);
+            }
+        }
+    }
+
+    /// `Ok` when ready, else every reason (the main one first).
     pub fn check(&self) -> Result<(), String> {
-        match &*self.0.read().unwrap_or_else(|p| p.into_inner()) {
-            None => Ok(()),
-            Some(reason) => Err(reason.clone()),
+        let s = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let reasons: Vec<String> = s
+            .main
+            .iter()
+            .cloned()
+            .chain(s.components.iter().map(|(c, r)| format!("{c}: {r}")))
+            .collect();
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
         }
     }
 }

@@ -10,6 +10,8 @@
 //! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
 //! - [`trace::init_tracing`]: text or JSON logs.
 //! - [`shutdown::shutdown_on_signals`]: a token cancelled by SIGTERM or Ctrl-C.
+//! - [`supervise::Supervisor`]: long-running tasks restarted with backoff, readiness
+//!   showing why one is down, giving up (and exiting) when one keeps failing.
 
 pub mod admin;
 pub mod body;
@@ -17,6 +19,7 @@ pub mod flags;
 pub mod respond;
 pub mod serve;
 pub mod shutdown;
+pub mod supervise;
 pub mod tls;
 pub mod trace;
 
