@@ -31,21 +31,28 @@ enum Task {
         by a kube-scheduler emulator configured like the Helm chart (filter, bind, nodeCacheCapable, \
         managed resources ignoredByScheduler); and three nodes (2 x A100 80GB, 4 x T4 16GB, \
         1 x H100 80GB, different NUMA layouts), each with a kubelet emulator, the real \
-        hami-device-plugin-nvidia on fake GPUs and a node agent that admits bound pods (calling \
-        the plugin's GetPreferredAllocation and Allocate) and sets their status.\n\n\
+        hami-device-plugin-nvidia on fake GPUs, a node agent that admits bound pods (calling \
+        the plugin's GetPreferredAllocation and Allocate) and sets their status, a fake workload \
+        that writes HAMi-core shared regions for the running containers and the real \
+        hami-vgpu-monitor reading them.\n\n\
         The example pods ask for slices by memory (MiB and percent) and compute, a whole card, two \
         GPUs, several containers, a GPU model, NUMA binding and per-pod policies, and one cannot \
         fit anywhere. They are submitted one at a time the way a user submits them. The report \
         shows where each pod landed, the GPUs (UUID, MiB, compute %) and the environment and \
-        mounts each container got from Allocate, why the misfit stays Pending, and per-GPU usage. \
+        mounts each container got from Allocate, why the misfit stays Pending, per-GPU usage, and \
+        per container the memory in use, its limit and the SM utilisation the monitors report next \
+        to what the scheduler granted. \
         Every pod is checked against what it asked for (annotations, bind phase, node lock, exact \
-        env and mounts) and every GPU against its capacity: the exit status is 1 when anything \
+        env and mounts), every GPU against its capacity and every container's reported use against \
+        its grant (limit = grant, used <= limit): the exit status is 1 when anything \
         misbehaved."
     )]
     Demo {
         /// Print one JSON document instead of the text report: `ok`, `nodes`, `pods`
         /// (name, node, phase, reason, containers[{name, devices[{uuid, usedmem,
-        /// usedcores}], env}]), `gpus` (per-GPU usage), `violations`, `problems`.
+        /// usedcores}], env}]), `gpus` (per-GPU usage), `usage` (per container device: the
+        /// monitors' used/limit bytes and utilisation next to the grant), `violations`,
+        /// `problems`.
         #[arg(long, env = "HAMI_DEMO_JSON")]
         json: bool,
         /// Component logs on stderr (RUST_LOG syntax, e.g. `info` or

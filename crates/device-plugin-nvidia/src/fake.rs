@@ -315,8 +315,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(a[0].memory_used_bytes, Some(40 << 20));
-        assert_eq!((a[0].index, a[0].name.as_str(), a[0].utilization), (3, "Tesla T4", Some((35, 9))));
-        assert_eq!((a[1].memory_used_bytes, a[1].utilization), (Some(0), Some((0, 0))));
+        assert_eq!(
+            (a[0].index, a[0].name.as_str(), a[0].utilization),
+            (3, "Tesla T4", Some((35, 9)))
+        );
+        assert_eq!(
+            (a[1].memory_used_bytes, a[1].utilization),
+            (Some(0), Some((0, 0)))
+        );
     }
 
     #[test]
@@ -330,7 +336,9 @@ mod tests {
         assert!(msg("- {uuid: 'a,b', memory: 1}").contains("contains"));
         assert!(msg("- {uuid: a, memory: 0}").contains("memory must be > 0"));
         let activity = |t: &str| parse_activity(t, p).unwrap_err().to_string();
-        assert!(activity("- {uuid: a, memory: 1, used_memory: 2}").contains("more than its memory"));
+        assert!(
+            activity("- {uuid: a, memory: 1, used_memory: 2}").contains("more than its memory")
+        );
         assert!(activity("- {uuid: a, memory: 1, utilization: 101}").contains("percentages"));
         assert!(
             read_devices(Path::new("/nonexistent/x.yaml"))

@@ -5,7 +5,7 @@
 //! NVML library, with Xid/ECC health) and [`fake`] (a YAML/JSON device list for clusters
 //! without GPUs) — and HAMi-compatible settings ([`settings`]: `device-config.yaml` plus the
 //! per-node [`node_config`]). [`activity`] reports what each GPU is doing, for the vGPU
-//! monitor.
+//! monitor, and [`workload`] writes HAMi-core shared regions for fake GPUs.
 
 pub mod activity;
 pub mod backends;
@@ -17,3 +17,4 @@ pub mod node_config;
 pub mod nvml;
 pub mod run;
 pub mod settings;
+pub mod workload;

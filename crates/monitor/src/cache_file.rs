@@ -42,7 +42,10 @@ impl CacheFile {
         if meta.nlink() != 1 {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("has {} hard links; only a file with one is trusted", meta.nlink()),
+                format!(
+                    "has {} hard links; only a file with one is trusted",
+                    meta.nlink()
+                ),
             ));
         }
         Ok(CacheFile {

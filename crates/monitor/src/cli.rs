@@ -70,7 +70,11 @@ pub struct Cli {
 
     /// While this file exists the device plugin is applying a MIG layout: nothing is
     /// scanned, removed or written.
-    #[arg(long, env = "MIG_APPLY_LOCK", default_value = "/tmp/hami/hami-mig-apply.lock")]
+    #[arg(
+        long,
+        env = "MIG_APPLY_LOCK",
+        default_value = "/tmp/hami/hami-mig-apply.lock"
+    )]
     pub mig_apply_lock: PathBuf,
 
     /// kubeconfig file; unset: in-cluster config, else KUBECONFIG / ~/.kube/config.
@@ -104,16 +108,31 @@ mod tests {
         assert_eq!(cli.scan_interval, Duration::from_secs(5));
         assert!(!cli.legacy_metrics && cli.feedback);
         let cli = Cli::try_parse_from([
-            "m", "--node-name", "n1", "--hook-path", "/h", "--legacy-metrics", "--feedback=false",
-            "--resync-interval", "1h30m",
+            "m",
+            "--node-name",
+            "n1",
+            "--hook-path",
+            "/h",
+            "--legacy-metrics",
+            "--feedback=false",
+            "--resync-interval",
+            "1h30m",
         ])
         .unwrap();
         assert!(cli.legacy_metrics && !cli.feedback);
         assert_eq!(cli.resync_interval, Duration::from_secs(5400));
         let err = Cli::try_parse_from(["m", "--node-name", "n1"]).unwrap_err();
         assert!(err.to_string().contains("--hook-path"), "{err}");
-        let err = Cli::try_parse_from(["m", "--node-name", "n", "--hook-path", "/h", "--resync-interval", "5"])
-            .unwrap_err();
+        let err = Cli::try_parse_from([
+            "m",
+            "--node-name",
+            "n",
+            "--hook-path",
+            "/h",
+            "--resync-interval",
+            "5",
+        ])
+        .unwrap_err();
         assert!(err.to_string().contains("missing unit"), "{err}");
     }
 }

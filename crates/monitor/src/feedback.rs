@@ -210,7 +210,11 @@ mod tests {
 
     #[test]
     fn same_priority_peers_switch_utilization_without_blocking() {
-        let got = decide(&[c(&["GPU-a"], 1, 2), c(&["GPU-a"], 1, 2), c(&["GPU-a"], 1, 0)]);
+        let got = decide(&[
+            c(&["GPU-a"], 1, 2),
+            c(&["GPU-a"], 1, 2),
+            c(&["GPU-a"], 1, 0),
+        ]);
         assert_eq!(got, [out(1, 1), out(1, 1), out(0, 1)]);
     }
 

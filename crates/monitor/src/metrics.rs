@@ -139,22 +139,106 @@ impl Collector for MonitorCollector {
             (t > 0).then(|| (now - t).max(0))
         };
         let e = &mut encoder;
-        container_family(e, "hami_vgpu_memory_used_bytes", "vGPU device memory usage in bytes", &rows, labels, |r| Some(as_i64(r.device.used)))?;
-        container_family(e, "hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", &rows, labels, |r| Some(as_i64(r.device.limit)))?;
-        container_family(e, "hami_container_device_memory_bytes", "Container device memory usage in bytes", &rows, labels, |r| Some(as_i64(r.device.used)))?;
-        container_family(e, "hami_container_device_utilization_ratio", "Container device SM utilization ratio", &rows, labels, |r| Some(as_i64(r.device.sm_util)))?;
-        container_family(e, "hami_container_last_kernel_elapsed_seconds", "Seconds since last kernel execution in container", &rows, labels, elapsed)?;
-        container_family(e, "hami_vgpu_memory_context_bytes", "Container device memory context size in bytes", &rows, labels, |r| Some(as_i64(r.device.context)))?;
-        container_family(e, "hami_vgpu_memory_module_bytes", "Container device memory module size in bytes", &rows, labels, |r| Some(as_i64(r.device.module)))?;
-        container_family(e, "hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", &rows, labels, |r| Some(as_i64(r.device.data)))?;
+        container_family(
+            e,
+            "hami_vgpu_memory_used_bytes",
+            "vGPU device memory usage in bytes",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.used)),
+        )?;
+        container_family(
+            e,
+            "hami_vgpu_memory_limit_bytes",
+            "vGPU device memory limit in bytes",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.limit)),
+        )?;
+        container_family(
+            e,
+            "hami_container_device_memory_bytes",
+            "Container device memory usage in bytes",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.used)),
+        )?;
+        container_family(
+            e,
+            "hami_container_device_utilization_ratio",
+            "Container device SM utilization ratio",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.sm_util)),
+        )?;
+        container_family(
+            e,
+            "hami_container_last_kernel_elapsed_seconds",
+            "Seconds since last kernel execution in container",
+            &rows,
+            labels,
+            elapsed,
+        )?;
+        container_family(
+            e,
+            "hami_vgpu_memory_context_bytes",
+            "Container device memory context size in bytes",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.context)),
+        )?;
+        container_family(
+            e,
+            "hami_vgpu_memory_module_bytes",
+            "Container device memory module size in bytes",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.module)),
+        )?;
+        container_family(
+            e,
+            "hami_vgpu_memory_buffer_bytes",
+            "Container device memory buffer size in bytes",
+            &rows,
+            labels,
+            |r| Some(as_i64(r.device.data)),
+        )?;
         self.encode_priority(e, &snap.containers)?;
         self.encode_mig(e)?;
         if self.legacy {
-            container_family(e, "vGPU_device_memory_usage_in_bytes", "vGPU device usage", &rows, legacy_labels, |r| Some(as_i64(r.device.used)))?;
-            container_family(e, "vGPU_device_memory_limit_in_bytes", "vGPU device limit", &rows, legacy_labels, |r| Some(as_i64(r.device.limit)))?;
+            container_family(
+                e,
+                "vGPU_device_memory_usage_in_bytes",
+                "vGPU device usage",
+                &rows,
+                legacy_labels,
+                |r| Some(as_i64(r.device.used)),
+            )?;
+            container_family(
+                e,
+                "vGPU_device_memory_limit_in_bytes",
+                "vGPU device limit",
+                &rows,
+                legacy_labels,
+                |r| Some(as_i64(r.device.limit)),
+            )?;
             self.encode_legacy_memory_desc(e, &rows)?;
-            container_family(e, "Device_utilization_desc_of_container", "Container device utilization description", &rows, legacy_labels, |r| Some(as_i64(r.device.sm_util)))?;
-            container_family(e, "Device_last_kernel_of_container", "Container device last kernel description", &rows, legacy_labels, elapsed)?;
+            container_family(
+                e,
+                "Device_utilization_desc_of_container",
+                "Container device utilization description",
+                &rows,
+                legacy_labels,
+                |r| Some(as_i64(r.device.sm_util)),
+            )?;
+            container_family(
+                e,
+                "Device_last_kernel_of_container",
+                "Container device last kernel description",
+                &rows,
+                legacy_labels,
+                elapsed,
+            )?;
         }
         self.encode_own(e, &snap)
     }
@@ -171,22 +255,55 @@ impl MonitorCollector {
             .map(|g| (g.index.to_string(), format!("NVIDIA-{}", g.name)))
             .collect();
         let node = self.node.as_str();
-        let mut families: Vec<(&str, &str, bool, fn(&hami_device_plugin_nvidia::activity::GpuActivity) -> Option<u64>)> = vec![
-            ("hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", false, |g| g.memory_used_bytes),
-            ("hami_host_gpu_utilization_ratio", "GPU core utilization ratio (0-100)", false, |g| g.utilization.map(|u| u64::from(u.0))),
+        let mut families: Vec<(
+            &str,
+            &str,
+            bool,
+            fn(&hami_device_plugin_nvidia::activity::GpuActivity) -> Option<u64>,
+        )> = vec![
+            (
+                "hami_host_gpu_memory_used_bytes",
+                "GPU device memory usage in bytes",
+                false,
+                |g| g.memory_used_bytes,
+            ),
+            (
+                "hami_host_gpu_utilization_ratio",
+                "GPU core utilization ratio (0-100)",
+                false,
+                |g| g.utilization.map(|u| u64::from(u.0)),
+            ),
         ];
         if self.legacy {
-            families.push(("HostGPUMemoryUsage", "GPU device memory usage", true, |g| g.memory_used_bytes));
-            families.push(("HostCoreUtilization", "GPU core utilization", true, |g| g.utilization.map(|u| u64::from(u.0))));
+            families.push(
+                ("HostGPUMemoryUsage", "GPU device memory usage", true, |g| {
+                    g.memory_used_bytes
+                }),
+            );
+            families.push(("HostCoreUtilization", "GPU core utilization", true, |g| {
+                g.utilization.map(|u| u64::from(u.0))
+            }));
         }
         for (name, help, legacy, value) in families {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for (g, (index, ty)) in gpus.iter().zip(&rows) {
                 let Some(v) = value(g) else { continue };
                 let l = if legacy {
-                    [ZONE, ("nodeid", node), ("deviceidx", index), ("deviceuuid", g.uuid.as_str()), ("devicetype", ty)]
+                    [
+                        ZONE,
+                        ("nodeid", node),
+                        ("deviceidx", index),
+                        ("deviceuuid", g.uuid.as_str()),
+                        ("devicetype", ty),
+                    ]
                 } else {
-                    [ZONE, ("node", node), ("device_index", index), ("device_uuid", g.uuid.as_str()), ("device_type", ty)]
+                    [
+                        ZONE,
+                        ("node", node),
+                        ("device_index", index),
+                        ("device_uuid", g.uuid.as_str()),
+                        ("device_type", ty),
+                    ]
                 };
                 ConstGauge::new(as_i64(v)).encode(metric.encode_family(&l)?)?;
             }
@@ -199,7 +316,12 @@ impl MonitorCollector {
         )?;
         for (g, (index, ty)) in gpus.iter().zip(&rows) {
             if let Some((_, mem)) = g.utilization {
-                let l = [ZONE, ("device_index", index.as_str()), ("device_uuid", g.uuid.as_str()), ("device_type", ty.as_str())];
+                let l = [
+                    ZONE,
+                    ("device_index", index.as_str()),
+                    ("device_uuid", g.uuid.as_str()),
+                    ("device_type", ty.as_str()),
+                ];
                 ConstGauge::new(i64::from(mem)).encode(metric.encode_family(&l)?)?;
             }
         }
@@ -208,7 +330,11 @@ impl MonitorCollector {
 
     /// `Device_memory_desc_of_container`: the breakdown as labels, `offset` the rest
     /// (computed with HAMi's unsigned wrap-around).
-    fn encode_legacy_memory_desc(&self, encoder: &mut DescriptorEncoder, rows: &[Row<'_>]) -> Encoded {
+    fn encode_legacy_memory_desc(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        rows: &[Row<'_>],
+    ) -> Encoded {
         let mut metric = encoder.encode_descriptor(
             "Device_memory_desc_of_container",
             "Container device memory description",
@@ -217,10 +343,30 @@ impl MonitorCollector {
         )?;
         for r in rows {
             let d = r.device;
-            let rest = d.used.wrapping_sub(d.context).wrapping_sub(d.module).wrapping_sub(d.data);
-            let (ctx, module, data, rest) = (d.context.to_string(), d.module.to_string(), d.data.to_string(), rest.to_string());
+            let rest = d
+                .used
+                .wrapping_sub(d.context)
+                .wrapping_sub(d.module)
+                .wrapping_sub(d.data);
+            let (ctx, module, data, rest) = (
+                d.context.to_string(),
+                d.module.to_string(),
+                d.data.to_string(),
+                rest.to_string(),
+            );
             let base = legacy_labels(r);
-            let l = [base[0], base[1], base[2], base[3], base[4], base[5], ("context", ctx.as_str()), ("module", module.as_str()), ("data", data.as_str()), ("offset", rest.as_str())];
+            let l = [
+                base[0],
+                base[1],
+                base[2],
+                base[3],
+                base[4],
+                base[5],
+                ("context", ctx.as_str()),
+                ("module", module.as_str()),
+                ("data", data.as_str()),
+                ("offset", rest.as_str()),
+            ];
             ConstGauge::new(as_i64(d.used)).encode(metric.encode_family(&l)?)?;
         }
         Ok(())
@@ -228,16 +374,37 @@ impl MonitorCollector {
 
     /// Per container: the priority the feedback loop works with and what it decided
     /// (hami-rs additions, for the throttling panels).
-    fn encode_priority(&self, encoder: &mut DescriptorEncoder, containers: &[ContainerReading]) -> Encoded {
+    fn encode_priority(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        containers: &[ContainerReading],
+    ) -> Encoded {
         let families: [(&str, &str, fn(&ContainerReading) -> i64); 3] = [
-            ("hami_container_task_priority", "Task priority of the container (0 high, 1 low), from its shared region", |c| i64::from(c.usage.priority)),
-            ("hami_container_feedback_blocked", "1 while the priority feedback blocks the container's kernel launches (a higher-priority task is active on its GPU)", |c| i64::from(c.usage.recent_kernel < 0)),
-            ("hami_container_utilization_switch", "1 while the container's GPU is contended (HAMi-core's utilization_switch)", |c| i64::from(c.usage.utilization_switch != 0)),
+            (
+                "hami_container_task_priority",
+                "Task priority of the container (0 high, 1 low), from its shared region",
+                |c| i64::from(c.usage.priority),
+            ),
+            (
+                "hami_container_feedback_blocked",
+                "1 while the priority feedback blocks the container's kernel launches (a higher-priority task is active on its GPU)",
+                |c| i64::from(c.usage.recent_kernel < 0),
+            ),
+            (
+                "hami_container_utilization_switch",
+                "1 while the container's GPU is contended (HAMi-core's utilization_switch)",
+                |c| i64::from(c.usage.utilization_switch != 0),
+            ),
         ];
         for (name, help, value) in families {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for c in containers {
-                let l = [ZONE, ("namespace", c.pod.namespace.as_str()), ("pod", c.pod.name.as_str()), ("container", c.container.as_str())];
+                let l = [
+                    ZONE,
+                    ("namespace", c.pod.namespace.as_str()),
+                    ("pod", c.pod.name.as_str()),
+                    ("container", c.container.as_str()),
+                ];
                 ConstGauge::new(value(c)).encode(metric.encode_family(&l)?)?;
             }
         }
@@ -249,26 +416,66 @@ impl MonitorCollector {
         let mut rows = Vec::new();
         for (_, pod) in pods.iter() {
             for a in &pod.mig {
-                let (Some(mig), Some(gi), Some(ci)) = (&a.mig_uuid, a.gpu_instance_id, a.compute_instance_id) else {
+                let (Some(mig), Some(gi), Some(ci)) =
+                    (&a.mig_uuid, a.gpu_instance_id, a.compute_instance_id)
+                else {
                     continue;
                 };
                 let Some(container) = pod.containers.get(a.container_index as usize) else {
                     tracing::debug!(pod = %format!("{}/{}", pod.namespace, pod.name), index = a.container_index, "MIG allocation names no container of the pod");
                     continue;
                 };
-                rows.push((pod.clone(), container.clone(), a.device_index.to_string(), a.gpu_uuid.clone(), mig.clone(), a.profile.clone(), gi.to_string(), ci.to_string()));
+                rows.push((
+                    pod.clone(),
+                    container.clone(),
+                    a.device_index.to_string(),
+                    a.gpu_uuid.clone(),
+                    mig.clone(),
+                    a.profile.clone(),
+                    gi.to_string(),
+                    ci.to_string(),
+                ));
             }
         }
         drop(pods);
-        let mut metric = encoder.encode_descriptor("hami_mig_device_info", "MIG runtime identity for a container allocation", None, MetricType::Gauge)?;
+        let mut metric = encoder.encode_descriptor(
+            "hami_mig_device_info",
+            "MIG runtime identity for a container allocation",
+            None,
+            MetricType::Gauge,
+        )?;
         for (pod, container, index, gpu, mig, profile, gi, ci) in &rows {
-            let l = [ZONE, ("namespace", pod.namespace.as_str()), ("pod", pod.name.as_str()), ("container", container.as_str()), ("vdevice_index", index.as_str()), ("device_uuid", gpu.as_str()), ("mig_uuid", mig.as_str()), ("profile", profile.as_str()), ("gpu_instance_id", gi.as_str()), ("compute_instance_id", ci.as_str())];
+            let l = [
+                ZONE,
+                ("namespace", pod.namespace.as_str()),
+                ("pod", pod.name.as_str()),
+                ("container", container.as_str()),
+                ("vdevice_index", index.as_str()),
+                ("device_uuid", gpu.as_str()),
+                ("mig_uuid", mig.as_str()),
+                ("profile", profile.as_str()),
+                ("gpu_instance_id", gi.as_str()),
+                ("compute_instance_id", ci.as_str()),
+            ];
             ConstGauge::new(1i64).encode(metric.encode_family(&l)?)?;
         }
         if self.legacy {
-            let mut metric = encoder.encode_descriptor("MigInfo", "Mig device information for container", None, MetricType::Gauge)?;
+            let mut metric = encoder.encode_descriptor(
+                "MigInfo",
+                "Mig device information for container",
+                None,
+                MetricType::Gauge,
+            )?;
             for (pod, container, index, gpu, _, _, gi, _) in &rows {
-                let l = [ZONE, ("podnamespace", pod.namespace.as_str()), ("podname", pod.name.as_str()), ("ctrname", container.as_str()), ("vdeviceid", index.as_str()), ("deviceuuid", gpu.as_str()), ("instanceid", gi.as_str())];
+                let l = [
+                    ZONE,
+                    ("podnamespace", pod.namespace.as_str()),
+                    ("podname", pod.name.as_str()),
+                    ("ctrname", container.as_str()),
+                    ("vdeviceid", index.as_str()),
+                    ("deviceuuid", gpu.as_str()),
+                    ("instanceid", gi.as_str()),
+                ];
                 ConstGauge::new(1i64).encode(metric.encode_family(&l)?)?;
             }
         }
@@ -276,12 +483,32 @@ impl MonitorCollector {
     }
 
     /// The monitor's own health (hami-rs additions).
-    fn encode_own(&self, encoder: &mut DescriptorEncoder, snap: &crate::snapshot::Snapshot) -> Encoded {
+    fn encode_own(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        snap: &crate::snapshot::Snapshot,
+    ) -> Encoded {
         let plain: [(&str, &str, i64); 4] = [
-            ("hami_vgpu_monitor_containers", "Containers whose shared region the last scan read", snap.stats.read as i64),
-            ("hami_vgpu_monitor_skipped_containers", "Container directories of this node's pods without a usable shared region at the last scan", snap.stats.skipped as i64),
-            ("hami_vgpu_monitor_scans", "Scans completed since the monitor started", as_i64(snap.scans)),
-            ("hami_vgpu_monitor_paused", "1 while the MIG apply lock file exists (scans and feedback paused)", i64::from(snap.stats.paused)),
+            (
+                "hami_vgpu_monitor_containers",
+                "Containers whose shared region the last scan read",
+                snap.stats.read as i64,
+            ),
+            (
+                "hami_vgpu_monitor_skipped_containers",
+                "Container directories of this node's pods without a usable shared region at the last scan",
+                snap.stats.skipped as i64,
+            ),
+            (
+                "hami_vgpu_monitor_scans",
+                "Scans completed since the monitor started",
+                as_i64(snap.scans),
+            ),
+            (
+                "hami_vgpu_monitor_paused",
+                "1 while the MIG apply lock file exists (scans and feedback paused)",
+                i64::from(snap.stats.paused),
+            ),
         ];
         for (name, help, value) in plain {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
@@ -326,8 +553,14 @@ impl Collector for BuildInfo {
         let platform = platform();
         let l = [
             ("version", env!("CARGO_PKG_VERSION")),
-            ("revision", option_env!("HAMI_REVISION").unwrap_or("unknown")),
-            ("build_date", option_env!("HAMI_BUILD_DATE").unwrap_or("unknown")),
+            (
+                "revision",
+                option_env!("HAMI_REVISION").unwrap_or("unknown"),
+            ),
+            (
+                "build_date",
+                option_env!("HAMI_BUILD_DATE").unwrap_or("unknown"),
+            ),
             // Not a Go build; the label stays for dashboards that group by it.
             ("go_version", ""),
             ("compiler", "rustc"),

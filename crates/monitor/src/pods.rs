@@ -15,8 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ApiResource};
 use kube::core::object::{NotUsed, Object};
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use serde::Deserialize;
 
 /// Readiness component of the pod watch.
@@ -109,14 +109,13 @@ fn pod_info(pod: &SlimPod) -> Option<(String, PodInfo)> {
     let uid = m.uid.clone()?;
     let name = m.name.clone()?;
     let namespace = m.namespace.clone().unwrap_or_default();
-    let mig = match m
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(MIG_ALLOCATIONS))
-    {
+    let mig = match m.annotations.as_ref().and_then(|a| a.get(MIG_ALLOCATIONS)) {
         None => Vec::new(),
         Some(value) => match decode_mig_allocations(value) {
-            Ok(all) => all.into_iter().filter(MigAllocation::runtime_ready).collect(),
+            Ok(all) => all
+                .into_iter()
+                .filter(MigAllocation::runtime_ready)
+                .collect(),
             Err(e) => {
                 tracing::warn!(pod = %format!("{namespace}/{name}"), annotation = MIG_ALLOCATIONS, %value, error = %e, "MIG allocations unreadable; no MIG series for this pod");
                 Vec::new()
@@ -162,7 +161,10 @@ pub async fn watch_pods(
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listing: Option<HashMap<String, Arc<PodInfo>>> = None;
     if !pods.read().unwrap_or_else(|p| p.into_inner()).synced() {
-        readiness.set_component(COMPONENT, Err(format!("pods of node {node} not listed yet")));
+        readiness.set_component(
+            COMPONENT,
+            Err(format!("pods of node {node} not listed yet")),
+        );
     }
     loop {
         let next = tokio::select! {

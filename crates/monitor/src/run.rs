@@ -141,7 +141,12 @@ pub fn start(
         pods::watch_pods(c.clone(), n.clone(), p.clone(), r.clone(), stop)
     });
 
-    let (p, r, s, tx) = (pods.clone(), readiness.clone(), settings.clone(), Arc::new(tx));
+    let (p, r, s, tx) = (
+        pods.clone(),
+        readiness.clone(),
+        settings.clone(),
+        Arc::new(tx),
+    );
     sup.spawn("scan loop", move |stop| {
         scan_loop(
             s.clone(),
@@ -162,9 +167,7 @@ pub fn start(
 
     sup.spawn("metrics server", move |stop| {
         let admin = admin.clone();
-        let listener = listener
-            .try_clone()
-            .and_then(TcpListener::from_std);
+        let listener = listener.try_clone().and_then(TcpListener::from_std);
         async move {
             let listener = listener.map_err(|e| format!("listener: {e}"))?;
             serve_admin(listener, admin, stop)
@@ -297,7 +300,13 @@ async fn feedback_loop(
             Ok((w, stats)) => {
                 warnings = Some(w);
                 if let Some(s) = stats {
-                    tracing::debug!(containers = s.containers, writes = s.writes, blocked = s.blocked, errors = s.errors, "feedback round");
+                    tracing::debug!(
+                        containers = s.containers,
+                        writes = s.writes,
+                        blocked = s.blocked,
+                        errors = s.errors,
+                        "feedback round"
+                    );
                 }
             }
             Err(e) if e.is_panic() => {
@@ -332,11 +341,10 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> 
     let settings = Settings::from_cli(&cli);
     let selected = hami_device_plugin_nvidia::backends::Selected::build(&cli.backend)?;
     let client = hami_k8s::client::connect(cli.kubeconfig.as_deref()).await?;
-    let listener = std::net::TcpListener::bind(cli.metrics_bind_address).map_err(|source| {
-        RunError::Bind {
+    let listener =
+        std::net::TcpListener::bind(cli.metrics_bind_address).map_err(|source| RunError::Bind {
             address: cli.metrics_bind_address.to_string(),
             source,
-        }
-    })?;
+        })?;
     serve(settings, selected.activity(), client, listener, shutdown).await
 }

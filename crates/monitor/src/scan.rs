@@ -296,10 +296,7 @@ mod tests {
 
     #[test]
     fn dir_names() {
-        assert_eq!(
-            parse_dir_name("0b1c-22_main"),
-            Some(("0b1c-22", "main"))
-        );
+        assert_eq!(parse_dir_name("0b1c-22_main"), Some(("0b1c-22", "main")));
         for bad in ["nounderscore", "_main", "uid_", "uid_a_b"] {
             assert_eq!(parse_dir_name(bad), None, "{bad}");
         }

@@ -160,7 +160,11 @@ fn asserts() -> String {
             check(off("major_version"), major);
             check(off("minor_version"), minor);
         }
-        let num = if l.versions.is_some() { "device_num" } else { "num" };
+        let num = if l.versions.is_some() {
+            "device_num"
+        } else {
+            "num"
+        };
         check(off(num), l.device_num);
         check(off("uuids"), l.uuids);
         check(off("limit"), l.limit);
@@ -187,7 +191,10 @@ fn asserts() -> String {
         check(soff("used[0].total"), s.used + s.memory.total);
         check(soff("monitorused"), s.monitor_used);
         check(soff("device_util"), s.util);
-        check(format!("sizeof((({slot}*)0)->device_util[0])"), s.util_entry.stride);
+        check(
+            format!("sizeof((({slot}*)0)->device_util[0])"),
+            s.util_entry.stride,
+        );
         check(soff("device_util[0].dec_util"), s.util + s.util_entry.dec);
         check(soff("device_util[0].enc_util"), s.util + s.util_entry.enc);
         check(soff("device_util[0].sm_util"), s.util + s.util_entry.sm);
@@ -215,7 +222,9 @@ fn compiler() -> Option<String> {
 /// Compiles and runs the C program; the directory holding its files.
 fn c_written_files() -> Option<(tempfile::TempDir, PathBuf)> {
     let Some(cc) = compiler() else {
-        eprintln!("SKIPPED: no C compiler (set CC or install cc); the layout is not checked against C");
+        eprintln!(
+            "SKIPPED: no C compiler (set CC or install cc); the layout is not checked against C"
+        );
         return None;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -252,7 +261,12 @@ fn check(usage: &Usage, version: &str, last_kernel_time: i64) {
     assert_eq!(usage.version.to_string(), version);
     assert_eq!((usage.proc_num, usage.live_procs), (3, 2));
     assert_eq!(
-        (usage.utilization_switch, usage.recent_kernel, usage.priority, usage.last_kernel_time),
+        (
+            usage.utilization_switch,
+            usage.recent_kernel,
+            usage.priority,
+            usage.last_kernel_time
+        ),
         (1, 2, 1, last_kernel_time)
     );
     assert_eq!(usage.devices.len(), 3);
@@ -286,8 +300,16 @@ fn c_written_regions_of_every_layout_read_exactly() {
         return;
     };
     check(&read(&files.join("v0.cache")).unwrap(), "v0", 0);
-    check(&read(&files.join("v1_0.cache")).unwrap(), "v1.0", 1_700_000_000);
-    check(&read(&files.join("v1_2.cache")).unwrap(), "v1.2", 1_700_000_042);
+    check(
+        &read(&files.join("v1_0.cache")).unwrap(),
+        "v1.0",
+        1_700_000_000,
+    );
+    check(
+        &read(&files.join("v1_2.cache")).unwrap(),
+        "v1.2",
+        1_700_000_042,
+    );
 }
 
 #[test]
@@ -307,7 +329,8 @@ fn a_slot_caught_mid_write_is_never_reported_until_the_write_ends() {
     let slot = l.slot_offset(2);
     for d in 0..3u64 {
         let at = slot + l.slot.used + d as usize * l.slot.memory.stride + l.slot.memory.total;
-        file.write_all_at(&val(2, d, 5).to_le_bytes(), at as u64).unwrap();
+        file.write_all_at(&val(2, d, 5).to_le_bytes(), at as u64)
+            .unwrap();
     }
     let seq = slot + l.slot.seqlock.unwrap();
     file.write_all_at(&12u64.to_le_bytes(), seq as u64).unwrap();

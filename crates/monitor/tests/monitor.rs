@@ -76,7 +76,10 @@ impl Node {
     /// A pod bound to `node`; its UID.
     fn pod(&self, name: &str, node: &str, containers: &[&str], init: &[&str]) -> String {
         let list = |names: &[&str]| -> Vec<Value> {
-            names.iter().map(|n| json!({"name": n, "image": "cuda"})).collect()
+            names
+                .iter()
+                .map(|n| json!({"name": n, "image": "cuda"}))
+                .collect()
         };
         let pod = self
             .cluster
@@ -213,7 +216,10 @@ fn live(devices: &[(ImageMemory, u64)]) -> ImageProc {
 fn one_gpu(uuid: &str, limit: u64, used: u64, priority: i32) -> RegionImage {
     RegionImage {
         devices: vec![ImageDevice::new(uuid, limit, 50)],
-        procs: vec![live(&[(ImageMemory::total(used, used / 4, used / 4, used / 2), 30)])],
+        procs: vec![live(&[(
+            ImageMemory::total(used, used / 4, used / 4, used / 2),
+            30,
+        )])],
         priority,
         recent_kernel: 0,
         last_kernel_time: now() - 12,
@@ -242,7 +248,10 @@ async fn exports_hamis_series_per_container_device_and_gpu() {
                 (ImageMemory::total(GIB, 100, 200, GIB - 300), 20),
                 (ImageMemory::total(GIB / 2, 1, 2, 3), 5),
             ]),
-            live(&[(ImageMemory::total(GIB, 0, 0, GIB), 15), (ImageMemory::default(), 0)]),
+            live(&[
+                (ImageMemory::total(GIB, 0, 0, GIB), 15),
+                (ImageMemory::default(), 0),
+            ]),
         ],
         last_kernel_time: now() - 30,
         ..RegionImage::v1(2)
@@ -257,35 +266,115 @@ async fn exports_hamis_series_per_container_device_and_gpu() {
     m.next_scans(1).await;
     let text = m.metrics().await;
     let main = |i: &'static str, uuid: &'static str| {
-        vec![("zone", "vGPU"), ("namespace", "team-a"), ("pod", "train"), ("container", "main"), ("vdevice_index", i), ("device_uuid", uuid)]
+        vec![
+            ("zone", "vGPU"),
+            ("namespace", "team-a"),
+            ("pod", "train"),
+            ("container", "main"),
+            ("vdevice_index", i),
+            ("device_uuid", uuid),
+        ]
     };
     let gib = GIB as f64;
-    assert_eq!(value(&text, "hami_vgpu_memory_used_bytes", &main("0", GPU_A)), Some(2.0 * gib));
-    assert_eq!(value(&text, "hami_vgpu_memory_limit_bytes", &main("0", GPU_A)), Some(4.0 * gib));
-    assert_eq!(value(&text, "hami_container_device_memory_bytes", &main("0", GPU_A)), Some(2.0 * gib));
-    assert_eq!(value(&text, "hami_container_device_utilization_ratio", &main("0", GPU_A)), Some(35.0));
-    assert_eq!(value(&text, "hami_vgpu_memory_context_bytes", &main("0", GPU_A)), Some(100.0));
-    assert_eq!(value(&text, "hami_vgpu_memory_module_bytes", &main("0", GPU_A)), Some(200.0));
-    assert_eq!(value(&text, "hami_vgpu_memory_buffer_bytes", &main("0", GPU_A)), Some(2.0 * gib - 300.0));
-    assert_eq!(value(&text, "hami_vgpu_memory_used_bytes", &main("1", GPU_B)), Some(gib / 2.0));
-    assert_eq!(value(&text, "hami_vgpu_memory_limit_bytes", &main("1", GPU_B)), Some(2.0 * gib));
-    let elapsed = value(&text, "hami_container_last_kernel_elapsed_seconds", &main("0", GPU_A)).unwrap();
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_used_bytes", &main("0", GPU_A)),
+        Some(2.0 * gib)
+    );
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_limit_bytes", &main("0", GPU_A)),
+        Some(4.0 * gib)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "hami_container_device_memory_bytes",
+            &main("0", GPU_A)
+        ),
+        Some(2.0 * gib)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "hami_container_device_utilization_ratio",
+            &main("0", GPU_A)
+        ),
+        Some(35.0)
+    );
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_context_bytes", &main("0", GPU_A)),
+        Some(100.0)
+    );
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_module_bytes", &main("0", GPU_A)),
+        Some(200.0)
+    );
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_buffer_bytes", &main("0", GPU_A)),
+        Some(2.0 * gib - 300.0)
+    );
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_used_bytes", &main("1", GPU_B)),
+        Some(gib / 2.0)
+    );
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_limit_bytes", &main("1", GPU_B)),
+        Some(2.0 * gib)
+    );
+    let elapsed = value(
+        &text,
+        "hami_container_last_kernel_elapsed_seconds",
+        &main("0", GPU_A),
+    )
+    .unwrap();
     assert!((30.0..40.0).contains(&elapsed), "{elapsed}");
     // Init containers count; a directory of a container the pod does not have does not.
-    assert_eq!(value(&text, "hami_vgpu_memory_used_bytes", &[("container", "warmup")]), Some(gib / 8.0));
-    assert!(!text.contains("container=\"ghost\""), "{text}");
-    assert!(!text.contains("container=\"sidecar\""), "no region yet: {text}");
-    // Host series from the backend (the fake device file here).
-    let host = [("zone", "vGPU"), ("node", NODE), ("device_index", "0"), ("device_uuid", GPU_A), ("device_type", "NVIDIA-Tesla T4")];
-    assert_eq!(value(&text, "hami_host_gpu_memory_used_bytes", &host), Some(5000.0 * 1048576.0));
-    assert_eq!(value(&text, "hami_host_gpu_utilization_ratio", &host), Some(61.0));
     assert_eq!(
-        value(&text, "hami_host_gpu_memory_controller_utilization_ratio", &[("device_uuid", GPU_A), ("device_type", "NVIDIA-Tesla T4")]),
+        value(
+            &text,
+            "hami_vgpu_memory_used_bytes",
+            &[("container", "warmup")]
+        ),
+        Some(gib / 8.0)
+    );
+    assert!(!text.contains("container=\"ghost\""), "{text}");
+    assert!(
+        !text.contains("container=\"sidecar\""),
+        "no region yet: {text}"
+    );
+    // Host series from the backend (the fake device file here).
+    let host = [
+        ("zone", "vGPU"),
+        ("node", NODE),
+        ("device_index", "0"),
+        ("device_uuid", GPU_A),
+        ("device_type", "NVIDIA-Tesla T4"),
+    ];
+    assert_eq!(
+        value(&text, "hami_host_gpu_memory_used_bytes", &host),
+        Some(5000.0 * 1048576.0)
+    );
+    assert_eq!(
+        value(&text, "hami_host_gpu_utilization_ratio", &host),
+        Some(61.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "hami_host_gpu_memory_controller_utilization_ratio",
+            &[("device_uuid", GPU_A), ("device_type", "NVIDIA-Tesla T4")]
+        ),
         Some(12.0)
     );
-    assert!(text.lines().any(|l| l.starts_with("hami_build_info{") && !l.contains("zone=")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hami_build_info{") && !l.contains("zone=")),
+        "{text}"
+    );
     assert_eq!(value(&text, "hami_vgpu_monitor_containers", &[]), Some(2.0));
-    assert!(!text.contains("vGPU_device_memory_usage_in_bytes"), "legacy names are opt-in");
+    assert!(
+        !text.contains("vGPU_device_memory_usage_in_bytes"),
+        "legacy names are opt-in"
+    );
     m.stop().await;
 }
 
@@ -307,18 +396,61 @@ async fn legacy_metrics_add_hamis_old_names() {
     m.ready().await;
     m.next_scans(1).await;
     let text = m.metrics().await;
-    let old = [("zone", "vGPU"), ("podnamespace", "team-a"), ("podname", "p"), ("ctrname", "main"), ("vdeviceid", "0"), ("deviceuuid", GPU_A)];
-    assert_eq!(value(&text, "vGPU_device_memory_usage_in_bytes", &old), Some(1000.0));
-    assert_eq!(value(&text, "vGPU_device_memory_limit_in_bytes", &old), Some(8.0 * GIB as f64));
-    assert_eq!(value(&text, "Device_utilization_desc_of_container", &old), Some(40.0));
+    let old = [
+        ("zone", "vGPU"),
+        ("podnamespace", "team-a"),
+        ("podname", "p"),
+        ("ctrname", "main"),
+        ("vdeviceid", "0"),
+        ("deviceuuid", GPU_A),
+    ];
     assert_eq!(
-        value(&text, "Device_memory_desc_of_container", &[("context", "100"), ("module", "200"), ("data", "300"), ("offset", "400")]),
+        value(&text, "vGPU_device_memory_usage_in_bytes", &old),
+        Some(1000.0)
+    );
+    assert_eq!(
+        value(&text, "vGPU_device_memory_limit_in_bytes", &old),
+        Some(8.0 * GIB as f64)
+    );
+    assert_eq!(
+        value(&text, "Device_utilization_desc_of_container", &old),
+        Some(40.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "Device_memory_desc_of_container",
+            &[
+                ("context", "100"),
+                ("module", "200"),
+                ("data", "300"),
+                ("offset", "400")
+            ]
+        ),
         Some(1000.0)
     );
     assert!(value(&text, "Device_last_kernel_of_container", &old).is_some());
-    assert_eq!(value(&text, "HostGPUMemoryUsage", &[("nodeid", NODE), ("deviceidx", "0"), ("deviceuuid", GPU_A), ("devicetype", "NVIDIA-Tesla T4")]), Some(5000.0 * 1048576.0));
-    assert_eq!(value(&text, "HostCoreUtilization", &[("deviceuuid", GPU_A)]), Some(61.0));
-    assert!(value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "p")]).is_some(), "new names stay");
+    assert_eq!(
+        value(
+            &text,
+            "HostGPUMemoryUsage",
+            &[
+                ("nodeid", NODE),
+                ("deviceidx", "0"),
+                ("deviceuuid", GPU_A),
+                ("devicetype", "NVIDIA-Tesla T4")
+            ]
+        ),
+        Some(5000.0 * 1048576.0)
+    );
+    assert_eq!(
+        value(&text, "HostCoreUtilization", &[("deviceuuid", GPU_A)]),
+        Some(61.0)
+    );
+    assert!(
+        value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "p")]).is_some(),
+        "new names stay"
+    );
     m.stop().await;
 }
 
@@ -373,15 +505,38 @@ async fn priority_feedback_holds_back_the_low_priority_container_while_the_high_
     for _ in 0..5 {
         tokio::time::sleep(Duration::from_millis(40)).await;
         assert_eq!(read_i32(&lo, V1.recent_kernel), -1);
-        assert!(read_i32(&hi, V1.recent_kernel) >= 0, "the high-priority task is never blocked");
-        assert!(read_i32(&other, V1.recent_kernel) >= 0, "another GPU is not affected");
+        assert!(
+            read_i32(&hi, V1.recent_kernel) >= 0,
+            "the high-priority task is never blocked"
+        );
+        assert!(
+            read_i32(&other, V1.recent_kernel) >= 0,
+            "another GPU is not affected"
+        );
     }
     assert_eq!(read_i32(&hi, V1.utilization_switch), 0);
     m.next_scans(1).await;
     let text = m.metrics().await;
-    assert_eq!(value(&text, "hami_container_feedback_blocked", &[("pod", "batch")]), Some(1.0));
-    assert_eq!(value(&text, "hami_container_feedback_blocked", &[("pod", "inference")]), Some(0.0));
-    assert_eq!(value(&text, "hami_container_task_priority", &[("pod", "batch")]), Some(1.0));
+    assert_eq!(
+        value(
+            &text,
+            "hami_container_feedback_blocked",
+            &[("pod", "batch")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            "hami_container_feedback_blocked",
+            &[("pod", "inference")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&text, "hami_container_task_priority", &[("pod", "batch")]),
+        Some(1.0)
+    );
 
     // The high-priority task goes idle: within two rounds the block is lifted.
     launches.cancel();
@@ -425,14 +580,19 @@ async fn directories_of_pods_gone_from_the_node_are_removed_once_older_than_the_
     }
     let m = node.start(node.settings()).await;
     m.ready().await;
-    poll_until("the old directory of a pod of another node to go", WAIT, || async {
-        (!old_other.exists()).then_some(())
-    })
+    poll_until(
+        "the old directory of a pod of another node to go",
+        WAIT,
+        || async { (!old_other.exists()).then_some(()) },
+    )
     .await
     .unwrap();
     m.next_scans(2).await;
     assert!(recent.exists(), "younger than the resync interval: kept");
-    assert!(stray.exists(), "not a <podUID>_<container> directory: never removed");
+    assert!(
+        stray.exists(),
+        "not a <podUID>_<container> directory: never removed"
+    );
     assert!(kept.exists());
 
     let leaving_dir = node.containers().join(format!("{leaving}_main"));
@@ -453,14 +613,33 @@ async fn directories_of_pods_gone_from_the_node_are_removed_once_older_than_the_
 async fn broken_files_are_skipped_and_the_others_still_reported() {
     let node = Node::new().await;
     let good = node.pod("good", NODE, &["main"], &[]);
-    let bad = node.pod("bad", NODE, &["short", "foreign", "unborn", "link", "busy", "huge"], &[]);
+    let bad = node.pod(
+        "bad",
+        NODE,
+        &["short", "foreign", "unborn", "link", "busy", "huge"],
+        &[],
+    );
     node.region(&good, "main", &one_gpu(GPU_A, GIB, 77, 0));
-    std::fs::write(node.dir(&bad, "short").join("a.cache"), b"\x4e\xf9\x2f\x01 truncated").unwrap();
+    std::fs::write(
+        node.dir(&bad, "short").join("a.cache"),
+        b"\x4e\xf9\x2f\x01 truncated",
+    )
+    .unwrap();
     let mut foreign = vec![0u8; V1.size + 1];
     foreign[..4].copy_from_slice(b"ELF\x7f");
     std::fs::write(node.dir(&bad, "foreign").join("a.cache"), &foreign).unwrap();
-    let unborn = node.region(&bad, "unborn", &RegionImage { magic: 0, ..one_gpu(GPU_A, GIB, 5, 0) });
-    let real = node.containers().join(format!("{good}_main")).join("1b2c3d4e.cache");
+    let unborn = node.region(
+        &bad,
+        "unborn",
+        &RegionImage {
+            magic: 0,
+            ..one_gpu(GPU_A, GIB, 5, 0)
+        },
+    );
+    let real = node
+        .containers()
+        .join(format!("{good}_main"))
+        .join("1b2c3d4e.cache");
     std::os::unix::fs::symlink(&real, node.dir(&bad, "link").join("a.cache")).unwrap();
     let mut busy = one_gpu(GPU_A, GIB, 5, 0);
     busy.procs[0].seqlock = 3;
@@ -473,17 +652,34 @@ async fn broken_files_are_skipped_and_the_others_still_reported() {
     m.ready().await;
     m.next_scans(3).await;
     let text = m.metrics().await;
-    assert_eq!(value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "good")]), Some(77.0));
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "good")]),
+        Some(77.0)
+    );
     assert!(!text.contains("pod=\"bad\",container"), "{text}");
-    assert_eq!(value(&text, "hami_vgpu_monitor_skipped_containers", &[]), Some(6.0));
+    assert_eq!(
+        value(&text, "hami_vgpu_monitor_skipped_containers", &[]),
+        Some(6.0)
+    );
 
     // The half-written file is finished by its writer: read at the next scan.
     node.region(&bad, "unborn", &one_gpu(GPU_A, GIB, 5, 0));
     assert!(unborn.exists());
     m.next_scans(2).await;
     let text = m.metrics().await;
-    assert_eq!(value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "bad"), ("container", "unborn")]), Some(5.0));
-    assert_eq!(read_i32(&real, V1.recent_kernel), 0, "nothing written through the symlink");
+    assert_eq!(
+        value(
+            &text,
+            "hami_vgpu_memory_used_bytes",
+            &[("pod", "bad"), ("container", "unborn")]
+        ),
+        Some(5.0)
+    );
+    assert_eq!(
+        read_i32(&real, V1.recent_kernel),
+        0,
+        "nothing written through the symlink"
+    );
     m.stop().await;
 }
 
@@ -503,14 +699,34 @@ async fn the_mig_apply_lock_pauses_scans_and_feedback() {
     .await
     .unwrap();
     write_i32(&path, V1.recent_kernel, 2);
-    node.region(&uid, "main", &RegionImage { recent_kernel: 2, ..one_gpu(GPU_A, GIB, 20, 0) });
+    node.region(
+        &uid,
+        "main",
+        &RegionImage {
+            recent_kernel: 2,
+            ..one_gpu(GPU_A, GIB, 20, 0)
+        },
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(read_i32(&path, V1.recent_kernel), 2, "no feedback while paused");
+    assert_eq!(
+        read_i32(&path, V1.recent_kernel),
+        2,
+        "no feedback while paused"
+    );
     let text = m.metrics().await;
-    assert_eq!(value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "p")]), Some(10.0), "last scan kept");
+    assert_eq!(
+        value(&text, "hami_vgpu_memory_used_bytes", &[("pod", "p")]),
+        Some(10.0),
+        "last scan kept"
+    );
     std::fs::remove_file(&lock).unwrap();
     poll_until("scans to resume", WAIT, || async {
-        (value(&m.metrics().await, "hami_vgpu_memory_used_bytes", &[("pod", "p")]) == Some(20.0)).then_some(())
+        (value(
+            &m.metrics().await,
+            "hami_vgpu_memory_used_bytes",
+            &[("pod", "p")],
+        ) == Some(20.0))
+        .then_some(())
     })
     .await
     .unwrap();
@@ -547,8 +763,10 @@ async fn a_task_that_keeps_failing_shows_in_readyz_then_stops_the_monitor() {
     let m = node.start_with(settings, Arc::new(Exploding)).await;
     let reason = poll_until("/readyz to name the failing task", WAIT, || async {
         let (code, body) = m.get("/readyz").await;
-        (code == 503 && body.contains("scan loop: failed: scan panicked: NVML returned garbage; restarting in"))
-            .then_some(body)
+        (code == 503
+            && body
+                .contains("scan loop: failed: scan panicked: NVML returned garbage; restarting in"))
+        .then_some(body)
     })
     .await
     .unwrap();
@@ -557,5 +775,9 @@ async fn a_task_that_keeps_failing_shows_in_readyz_then_stops_the_monitor() {
     let err = ended.unwrap_err();
     assert_eq!((err.task.as_str(), err.failures), ("scan loop", 3));
     assert!(m.stop.is_cancelled(), "giving up stops the other tasks");
-    assert!(RunError::from(err).to_string().contains("task scan loop failed 3 times"));
+    assert!(
+        RunError::from(err)
+            .to_string()
+            .contains("task scan loop failed 3 times")
+    );
 }

@@ -16,6 +16,6 @@ mod write;
 
 pub use layout::{Family, Layout, MAGIC, MAX_DEVICES, MAX_PROCS, V0, V1};
 pub use read::{
-    DeviceId, DeviceUsage, RegionError, RegionReader, RegionSource, Usage, Version, detect,
+    DeviceId, DeviceUsage, RegionError, RegionReader, RegionSource, Usage, Uuid40, Version, detect,
 };
 pub use write::{ImageDevice, ImageMemory, ImageProc, RegionImage, encode_slot};

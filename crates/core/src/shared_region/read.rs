@@ -39,7 +39,10 @@ impl RegionSource for [u8] {
 }
 
 fn eof() -> io::Error {
-    io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the region")
+    io::Error::new(
+        io::ErrorKind::UnexpectedEof,
+        "read past the end of the region",
+    )
 }
 
 /// Which layout and version a region declares.
@@ -81,13 +84,17 @@ impl std::fmt::Display for Version {
 pub enum RegionError {
     #[error("cannot read: {0}")]
     Io(#[from] io::Error),
-    #[error("{len} bytes, smaller than the smallest layout (v0, {min} bytes): truncated or still being created")]
+    #[error(
+        "{len} bytes, smaller than the smallest layout (v0, {min} bytes): truncated or still being created"
+    )]
     TooSmall { len: u64, min: usize },
     #[error("not initialised yet (initialized_flag is 0)")]
     NotInitialised,
     #[error("initialized_flag is {found}, not HAMi-core's {MAGIC}: not a HAMi-core cache file")]
     BadMagic { found: i32 },
-    #[error("declares version {major}.{minor} with {len} bytes; only v0 (<{v1} bytes) and v1.x (>= {v1} bytes) are known")]
+    #[error(
+        "declares version {major}.{minor} with {len} bytes; only v0 (<{v1} bytes) and v1.x (>= {v1} bytes) are known"
+    )]
     UnsupportedVersion {
         major: u32,
         minor: u32,
@@ -416,9 +423,9 @@ impl RegionReader {
             }
             src.read_exact_at(&mut self.data, at)?;
             src.read_exact_at(&mut self.after, at)?;
-            match (0..slots)
-                .find(|i| u64_at(&self.before, i * size + seq) != u64_at(&self.after, i * size + seq))
-            {
+            match (0..slots).find(|i| {
+                u64_at(&self.before, i * size + seq) != u64_at(&self.after, i * size + seq)
+            }) {
                 None => return Ok(()),
                 Some(i) => busy = i,
             }
@@ -442,7 +449,14 @@ mod tests {
                 ImageDevice::new("GPU-aaaaaaaa-2222-3333-4444-555555555555", 2 << 30, 100),
             ],
             procs: vec![
-                ImageProc::live(10, 1010, &[(ImageMemory::total(100, 1, 2, 3), 7), (ImageMemory::total(50, 0, 0, 50), 0)]),
+                ImageProc::live(
+                    10,
+                    1010,
+                    &[
+                        (ImageMemory::total(100, 1, 2, 3), 7),
+                        (ImageMemory::total(50, 0, 0, 50), 0),
+                    ],
+                ),
                 ImageProc {
                     status: 0,
                     ..ImageProc::live(11, 1011, &[(ImageMemory::total(999, 0, 0, 999), 99)])
@@ -461,17 +475,30 @@ mod tests {
     fn sums_live_slots_only() {
         let bytes = image(2).encode();
         let mut out = Usage::default();
-        RegionReader::new().read(bytes.as_slice(), &mut out).unwrap();
+        RegionReader::new()
+            .read(bytes.as_slice(), &mut out)
+            .unwrap();
         assert_eq!(out.version.to_string(), "v1.2");
         assert_eq!((out.proc_num, out.live_procs), (3, 2));
         assert_eq!(
-            (out.priority, out.recent_kernel, out.utilization_switch, out.last_kernel_time),
+            (
+                out.priority,
+                out.recent_kernel,
+                out.utilization_switch,
+                out.last_kernel_time
+            ),
             (1, 2, 1, 1_700_000_000)
         );
         let d0 = &out.devices[0];
-        assert_eq!(d0.uuid.as_str(), Some("GPU-11111111-2222-3333-4444-555555555555"));
+        assert_eq!(
+            d0.uuid.as_str(),
+            Some("GPU-11111111-2222-3333-4444-555555555555")
+        );
         assert_eq!((d0.limit, d0.sm_limit), (4 << 30, 30));
-        assert_eq!((d0.used, d0.context, d0.module, d0.data, d0.sm_util), (105, 6, 2, 3, 10));
+        assert_eq!(
+            (d0.used, d0.context, d0.module, d0.data, d0.sm_util),
+            (105, 6, 2, 3, 10)
+        );
         assert_eq!(out.devices[1].used, 50);
     }
 
@@ -498,7 +525,10 @@ mod tests {
         let err = RegionReader::new()
             .read(img.encode().as_slice(), &mut out)
             .unwrap_err();
-        assert!(matches!(err, RegionError::SlotBusy { slot: 2, .. }), "{err}");
+        assert!(
+            matches!(err, RegionError::SlotBusy { slot: 2, .. }),
+            "{err}"
+        );
         // Before 1.2 the same bytes are padding.
         img.minor = 1;
         RegionReader::new()
@@ -511,7 +541,12 @@ mod tests {
     fn bad_regions_say_why() {
         let good = image(2).encode();
         let mut out = Usage::default();
-        let mut read = |b: &[u8]| RegionReader::new().read(b, &mut out).unwrap_err().to_string();
+        let mut read = |b: &[u8]| {
+            RegionReader::new()
+                .read(b, &mut out)
+                .unwrap_err()
+                .to_string()
+        };
         assert!(read(&good[..100]).contains("smaller than the smallest layout"));
         assert!(read(&good[..V0.size - 1]).contains("smaller than the smallest layout"));
         let mut b = good.clone();

@@ -187,7 +187,11 @@ pub fn encode_slot(layout: &Layout, p: &ImageProc, out: &mut [u8]) {
         put(out, s.monitor_used + i * 8, &v.to_le_bytes());
     }
     for (i, v) in p.sm_util.iter().take(MAX_DEVICES).enumerate() {
-        put(out, s.util + i * s.util_entry.stride + s.util_entry.sm, &v.to_le_bytes());
+        put(
+            out,
+            s.util + i * s.util_entry.stride + s.util_entry.sm,
+            &v.to_le_bytes(),
+        );
     }
     put(out, s.status, &p.status.to_le_bytes());
     if let Some(at) = s.seqlock {
