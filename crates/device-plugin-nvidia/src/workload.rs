@@ -169,7 +169,13 @@ pub fn write_region(
             last_kernel_time: t.as_secs() as i64,
             ..RegionImage::v1(2)
         };
-        file.write_all_at(&image.encode(), 0)?;
+        // HAMi-core sizes the file one byte past the region; only the parts in use are
+        // written (the rest stays a hole).
+        file.set_len(V1.size as u64 + 1)?;
+        let bytes = image.encode();
+        for r in image.written_ranges() {
+            file.write_all_at(&bytes[r.clone()], r.start as u64)?;
+        }
         file.write_all_at(&MAGIC.to_le_bytes(), 0)?;
         return Ok(());
     }

@@ -21,6 +21,9 @@ pub struct CacheFile {
     file: File,
     /// Inode, to notice a file replaced under the same name.
     ino: u64,
+    /// Size when opened. HAMi-core sizes a region once, before it initialises it; a file
+    /// that shrinks later fails its reads, which makes the scan open it again.
+    len: u64,
 }
 
 impl CacheFile {
@@ -52,6 +55,7 @@ impl CacheFile {
             path: path.to_path_buf(),
             file,
             ino: meta.ino(),
+            len: meta.len(),
         })
     }
 
@@ -88,7 +92,7 @@ impl CacheFile {
 
 impl RegionSource for CacheFile {
     fn region_len(&self) -> io::Result<u64> {
-        Ok(self.file.metadata()?.len())
+        Ok(self.len)
     }
 
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {

@@ -77,7 +77,7 @@ fn labels<'a>(r: &Row<'a>) -> [(&'static str, &'a str); 6] {
         ZONE,
         ("namespace", r.reading.pod.namespace.as_str()),
         ("pod", r.reading.pod.name.as_str()),
-        ("container", r.reading.container.as_str()),
+        ("container", &*r.reading.container),
         ("vdevice_index", r.index),
         ("device_uuid", r.uuid),
     ]
@@ -88,7 +88,7 @@ fn legacy_labels<'a>(r: &Row<'a>) -> [(&'static str, &'a str); 6] {
         ZONE,
         ("podnamespace", r.reading.pod.namespace.as_str()),
         ("podname", r.reading.pod.name.as_str()),
-        ("ctrname", r.reading.container.as_str()),
+        ("ctrname", &*r.reading.container),
         ("vdeviceid", r.index),
         ("deviceuuid", r.uuid),
     ]
@@ -403,7 +403,7 @@ impl MonitorCollector {
                     ZONE,
                     ("namespace", c.pod.namespace.as_str()),
                     ("pod", c.pod.name.as_str()),
-                    ("container", c.container.as_str()),
+                    ("container", &*c.container),
                 ];
                 ConstGauge::new(value(c)).encode(metric.encode_family(&l)?)?;
             }

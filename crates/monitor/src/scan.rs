@@ -19,6 +19,9 @@ use crate::warnings::Warnings;
 
 /// How often the same problem with the same file is logged again.
 const WARN_EVERY: Duration = Duration::from_secs(600);
+/// Every this many passes each open file is checked against its path (a file replaced
+/// under the same name is opened again).
+const RECHECK_EVERY: u64 = 12;
 
 /// Where and how to scan.
 #[derive(Debug, Clone)]
@@ -34,9 +37,9 @@ pub struct ScanSettings {
 /// One container's region as of the last scan.
 #[derive(Debug, Clone)]
 pub struct ContainerReading {
-    pub pod_uid: String,
+    pub pod_uid: Arc<str>,
     pub pod: Arc<PodInfo>,
-    pub container: String,
+    pub container: Arc<str>,
     /// The file, for the feedback loop's writes.
     pub file: Arc<CacheFile>,
     pub usage: Usage,
@@ -58,7 +61,11 @@ pub struct ScanStats {
 #[derive(Debug)]
 struct Entry {
     generation: u64,
+    pod_uid: Arc<str>,
+    container: Arc<str>,
     file: Option<Arc<CacheFile>>,
+    /// Pass at which `file` was opened or last checked against its path.
+    checked: u64,
     usage: Usage,
 }
 
@@ -154,14 +161,13 @@ impl Scanner {
                 stats.skipped += 1;
                 continue;
             }
-            let reading = self.read_container(name, &item.path());
-            match reading {
-                Some((file, usage)) => {
+            match self.read_container(name, uid, container, &item) {
+                Some((pod_uid, container, file, usage)) => {
                     stats.read += 1;
                     out.push(ContainerReading {
-                        pod_uid: uid.to_string(),
+                        pod_uid,
                         pod: pod.clone(),
-                        container: container.to_string(),
+                        container,
                         file,
                         usage,
                     });
@@ -177,27 +183,55 @@ impl Scanner {
         stats
     }
 
-    /// The container's usage, or None (logged) when it has no usable file this pass.
-    fn read_container(&mut self, name: &str, dir: &Path) -> Option<(Arc<CacheFile>, Usage)> {
+    /// The container's pod UID, name, file and usage, or None (logged) when it has no
+    /// usable file this pass.
+    fn read_container(
+        &mut self,
+        name: &str,
+        uid: &str,
+        container: &str,
+        item: &std::fs::DirEntry,
+    ) -> Option<(Arc<str>, Arc<str>, Arc<CacheFile>, Usage)> {
         let generation = self.generation;
-        let entry = self
-            .entries
-            .entry(name.to_string())
-            .or_insert_with(|| Entry {
-                generation,
-                file: None,
-                usage: Usage::default(),
-            });
+        if !self.entries.contains_key(name) {
+            self.entries.insert(
+                name.to_string(),
+                Entry {
+                    generation,
+                    pod_uid: uid.into(),
+                    container: container.into(),
+                    file: None,
+                    checked: generation,
+                    usage: Usage::default(),
+                },
+            );
+        }
+        let entry = self.entries.get_mut(name)?;
         entry.generation = generation;
+        if let Some(f) = &entry.file
+            && generation - entry.checked >= RECHECK_EVERY
+        {
+            entry.checked = generation;
+            let same = std::fs::symlink_metadata(f.path())
+                .is_ok_and(|m| std::os::unix::fs::MetadataExt::ino(&m) == f.ino());
+            if !same {
+                tracing::info!(file = %f.path().display(), "cache file replaced; opening it again");
+                entry.file = None;
+            }
+        }
         if entry.file.is_none() {
-            match find_cache_file(dir) {
+            let dir = item.path();
+            match find_cache_file(&dir) {
                 Ok(None) => {
                     // HAMi-core creates the file at the container's first CUDA call.
                     tracing::trace!(dir = %dir.display(), "no cache file yet");
                     return None;
                 }
                 Ok(Some(path)) => match CacheFile::open(&path) {
-                    Ok(f) => entry.file = Some(Arc::new(f)),
+                    Ok(f) => {
+                        entry.file = Some(Arc::new(f));
+                        entry.checked = generation;
+                    }
                     Err(e) => {
                         let key = path.display().to_string();
                         if self.warnings.allow(&key, &e.to_string()) {
@@ -217,10 +251,12 @@ impl Scanner {
         }
         let file = entry.file.clone()?;
         match self.reader.read(file.as_ref(), &mut entry.usage) {
-            Ok(()) => {
-                self.warnings.clear(&file.path().display().to_string());
-                Some((file, entry.usage.clone()))
-            }
+            Ok(()) => Some((
+                entry.pod_uid.clone(),
+                entry.container.clone(),
+                file,
+                entry.usage.clone(),
+            )),
             Err(e) => {
                 let key = file.path().display().to_string();
                 if self.warnings.allow(&key, &e.to_string()) {

@@ -292,14 +292,23 @@ pub fn detect(len: u64, prefix: &[u8]) -> Result<Version, RegionError> {
 
 /// Reads regions, keeping its buffers between reads (a scan of many containers
 /// allocates nothing per container once the buffers have grown).
+///
+/// A read takes four positioned reads (two before 1.2): the header together with the
+/// first slots (as many as the previous region had in use; for 1.2 these give the
+/// sequence numbers before the data), the fields after the slots, then (1.2) the slots
+/// in use and their sequence numbers once more.
 #[derive(Debug, Default)]
 pub struct RegionReader {
-    header: Vec<u8>,
-    /// Three copies of the slot range: sequence numbers before, data, sequence numbers
-    /// after.
-    before: Vec<u8>,
+    /// The header and the first `guess` slots.
+    front: Vec<u8>,
+    /// The slots in use.
     data: Vec<u8>,
+    /// The slots in use read again, for their sequence numbers.
     after: Vec<u8>,
+    /// Sequence numbers of the slots before their data was read.
+    seqs: Vec<u64>,
+    /// Slots in use in the last region read.
+    guess: usize,
 }
 
 impl RegionReader {
@@ -315,16 +324,16 @@ impl RegionReader {
         out: &mut Usage,
     ) -> Result<(), RegionError> {
         let len = src.region_len()?;
-        let mut prefix = [0u8; 12];
-        if len >= 12 {
-            src.read_exact_at(&mut prefix, 0)?;
+        if len < 12 {
+            return Err(RegionError::TooSmall { len, min: V0.size });
         }
-        let version = detect(len, &prefix)?;
+        let want = V1.slot_offset(self.guess.clamp(1, MAX_PROCS)) as u64;
+        self.front.resize(want.min(len) as usize, 0);
+        src.read_exact_at(&mut self.front, 0)?;
+        let version = detect(len, &self.front)?;
         let layout = version.layout();
-
-        self.header.resize(layout.header_len(), 0);
-        src.read_exact_at(&mut self.header, 0)?;
-        let h = &self.header;
+        // Both layouts' headers are shorter than the smallest region.
+        let h = &self.front;
         let device_num = u64_at(h, layout.device_num);
         if device_num > MAX_DEVICES as u64 {
             return Err(RegionError::DeviceCount { found: device_num });
@@ -362,6 +371,7 @@ impl RegionReader {
 
         let slots = proc_num as usize;
         self.read_slots(src, layout, version, slots)?;
+        self.guess = slots;
         out.live_procs = 0;
         let s = layout.slot;
         for slot in self.data.chunks_exact(s.size).take(slots) {
@@ -386,7 +396,7 @@ impl RegionReader {
     }
 
     /// Fills `self.data` with the first `slots` process slots, consistent under the
-    /// seqlock when the version has one.
+    /// seqlock when the version has one. `self.front` holds what the first read got.
     fn read_slots<S: RegionSource + ?Sized>(
         &mut self,
         src: &S,
@@ -394,19 +404,38 @@ impl RegionReader {
         version: Version,
         slots: usize,
     ) -> Result<(), RegionError> {
-        let bytes = slots * layout.slot.size;
-        let at = layout.slot_offset(0) as u64;
-        self.data.resize(bytes, 0);
+        let size = layout.slot.size;
+        let bytes = slots * size;
+        let at = layout.slot_offset(0);
+        // The slots the first read already holds, if it holds them all.
+        let in_front = self.front.get(at..at + bytes);
         let seq = match (version.has_seqlock(), layout.slot.seqlock) {
             (true, Some(seq)) if slots > 0 => seq,
             _ => {
-                src.read_exact_at(&mut self.data, at)?;
+                match in_front {
+                    Some(b) => {
+                        self.data.clear();
+                        self.data.extend_from_slice(b);
+                    }
+                    None => {
+                        self.data.resize(bytes, 0);
+                        src.read_exact_at(&mut self.data, at as u64)?;
+                    }
+                }
                 return Ok(());
             }
         };
-        self.before.resize(bytes, 0);
+        self.data.resize(bytes, 0);
         self.after.resize(bytes, 0);
-        let size = layout.slot.size;
+        let seq_of = |b: &[u8], i: usize| u64_at(b, i * size + seq);
+        self.seqs.clear();
+        match in_front {
+            Some(b) => self.seqs.extend((0..slots).map(|i| seq_of(b, i))),
+            None => {
+                src.read_exact_at(&mut self.after, at as u64)?;
+                self.seqs.extend((0..slots).map(|i| seq_of(&self.after, i)));
+            }
+        }
         let mut busy = 0;
         for attempt in 0..SEQLOCK_ATTEMPTS {
             if attempt > 0 {
@@ -415,17 +444,17 @@ impl RegionReader {
                 } else {
                     std::thread::yield_now();
                 }
+                src.read_exact_at(&mut self.after, at as u64)?;
+                self.seqs.clear();
+                self.seqs.extend((0..slots).map(|i| seq_of(&self.after, i)));
             }
-            src.read_exact_at(&mut self.before, at)?;
-            if let Some(i) = (0..slots).find(|i| u64_at(&self.before, i * size + seq) & 1 == 1) {
+            if let Some(i) = self.seqs.iter().position(|s| s & 1 == 1) {
                 busy = i;
                 continue;
             }
-            src.read_exact_at(&mut self.data, at)?;
-            src.read_exact_at(&mut self.after, at)?;
-            match (0..slots).find(|i| {
-                u64_at(&self.before, i * size + seq) != u64_at(&self.after, i * size + seq)
-            }) {
+            src.read_exact_at(&mut self.data, at as u64)?;
+            src.read_exact_at(&mut self.after, at as u64)?;
+            match (0..slots).find(|i| self.seqs[*i] != seq_of(&self.after, *i)) {
                 None => return Ok(()),
                 Some(i) => busy = i,
             }
@@ -565,6 +594,24 @@ mod tests {
         let mut b = good.clone();
         b[4..8].copy_from_slice(&2u32.to_le_bytes());
         assert!(read(&b).contains("declares version 2.2"));
+    }
+
+    #[test]
+    fn written_ranges_cover_every_non_zero_byte() {
+        for img in [
+            image(2),
+            RegionImage {
+                family: Family::V0,
+                ..image(0)
+            },
+        ] {
+            let full = img.encode();
+            let mut sparse = vec![0u8; full.len()];
+            for r in img.written_ranges() {
+                sparse[r.clone()].copy_from_slice(&full[r]);
+            }
+            assert!(sparse == full);
+        }
     }
 
     #[test]

@@ -162,6 +162,18 @@ impl RegionImage {
     }
 }
 
+impl RegionImage {
+    /// The parts of [`RegionImage::encode`]'s bytes that can be non-zero: the header with
+    /// the slots in use, and the fields after the slots. A writer that starts from a
+    /// zero-filled (sparse) file of the layout's size needs to write only these, as
+    /// HAMi-core touches only these pages of a fresh region.
+    pub fn written_ranges(&self) -> [std::ops::Range<usize>; 2] {
+        let l = self.layout();
+        let slots = self.procs.len().min(MAX_PROCS);
+        [0..l.slot_offset(slots), l.proc_num..l.size]
+    }
+}
+
 fn put(b: &mut [u8], at: usize, bytes: &[u8]) {
     if let Some(dst) = b.get_mut(at..at + bytes.len()) {
         dst.copy_from_slice(bytes);
