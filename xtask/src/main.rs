@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: repository tasks that need more than a shell line.
 
 mod bench;
+mod bench_monitor;
 mod demo;
 
 use std::path::PathBuf;
@@ -77,6 +78,24 @@ enum Task {
         #[arg(long)]
         binary: Option<PathBuf>,
     },
+    /// Benchmark the real hami-vgpu-monitor binary on one node with many containers
+    /// (HAMi-core regions on disk, pods in the API server emulator). Prints one JSON
+    /// object: scan_ms_p50/max (as the monitor reports its scans), scrape_ms_p50/p99 and
+    /// scrape_bytes of /metrics, rss_mib and rss_peak_mib (from /proc).
+    BenchMonitor {
+        /// Containers on the node.
+        #[arg(long, default_value_t = 1_000)]
+        containers: usize,
+        /// GPUs per container.
+        #[arg(long, default_value_t = 4)]
+        devices: usize,
+        /// Timed scrapes of /metrics.
+        #[arg(long, default_value_t = 50)]
+        scrapes: usize,
+        /// Use this hami-vgpu-monitor binary instead of building it in release mode.
+        #[arg(long)]
+        binary: Option<PathBuf>,
+    },
 }
 
 fn workspace_root() -> PathBuf {
@@ -145,6 +164,28 @@ async fn main() -> anyhow::Result<()> {
                 let line = bench::run_scenario(s, &args).await?;
                 println!("{line}");
             }
+            Ok(())
+        }
+        Task::BenchMonitor {
+            containers,
+            devices,
+            scrapes,
+            binary,
+        } => {
+            if !(1..=16).contains(&devices) {
+                bail!("--devices must be 1 to 16 (a HAMi-core region holds 16)");
+            }
+            let binary = match binary {
+                Some(b) => b,
+                None => build_release("hami-vgpu-monitor", "hami-vgpu-monitor")?,
+            };
+            let args = bench_monitor::MonitorBenchArgs {
+                containers,
+                devices,
+                scrapes,
+                binary,
+            };
+            println!("{}", bench_monitor::run(&args).await?);
             Ok(())
         }
     }

@@ -154,7 +154,6 @@ pub fn write_region(
     if fresh {
         // As HAMi-core: the whole region first, the magic last.
         let image = RegionImage {
-            magic: 0,
             devices: c
                 .devices
                 .iter()
@@ -169,14 +168,7 @@ pub fn write_region(
             last_kernel_time: t.as_secs() as i64,
             ..RegionImage::v1(2)
         };
-        // HAMi-core sizes the file one byte past the region; only the parts in use are
-        // written (the rest stays a hole).
-        file.set_len(V1.size as u64 + 1)?;
-        let bytes = image.encode();
-        for r in image.written_ranges() {
-            file.write_all_at(&bytes[r.clone()], r.start as u64)?;
-        }
-        file.write_all_at(&MAGIC.to_le_bytes(), 0)?;
+        create_region(&file, &image)?;
         return Ok(());
     }
     let blocked = read_i32(&file, V1.recent_kernel)? < 0;
@@ -202,6 +194,19 @@ pub fn write_region(
         }
     }
     Ok(())
+}
+
+/// Writes a fresh region into `file` as HAMi-core does: the file sized one byte past
+/// the region, only the parts in use written (the rest stays a hole), the magic last so a
+/// reader never takes a half-written region for a real one.
+pub fn create_region(file: &File, image: &RegionImage) -> std::io::Result<()> {
+    file.set_len(image.layout().size as u64 + 1)?;
+    let mut bytes = image.encode();
+    bytes[..4].fill(0);
+    for r in image.written_ranges() {
+        file.write_all_at(&bytes[r.clone()], r.start as u64)?;
+    }
+    file.write_all_at(&image.magic.to_le_bytes(), 0)
 }
 
 fn read_i32(file: &File, at: usize) -> std::io::Result<i32> {

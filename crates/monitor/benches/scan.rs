@@ -3,12 +3,12 @@
 //! scrape <= 20 ms (`docs/monitor.md`). The regions are sparse files, as HAMi-core's are.
 
 use std::collections::HashMap;
-use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use hami_core::shared_region::{ImageDevice, ImageMemory, ImageProc, RegionImage, V1};
+use hami_core::shared_region::{ImageDevice, ImageMemory, ImageProc, RegionImage};
+use hami_device_plugin_nvidia::workload::create_region;
 use hami_vgpu_monitor::metrics;
 use hami_vgpu_monitor::pods::{PodIndex, PodInfo, SharedPods};
 use hami_vgpu_monitor::scan::{ScanSettings, Scanner};
@@ -55,12 +55,7 @@ fn node(dir: &std::path::Path) -> PodIndex {
         let d = dir.join(format!("{uid}_main"));
         std::fs::create_dir_all(&d).unwrap();
         let f = std::fs::File::create(d.join("a.cache")).unwrap();
-        f.set_len(V1.size as u64 + 1).unwrap();
-        let img = region(i);
-        let bytes = img.encode();
-        for r in img.written_ranges() {
-            f.write_all_at(&bytes[r.clone()], r.start as u64).unwrap();
-        }
+        create_region(&f, &region(i)).unwrap();
         pods.insert(
             uid,
             Arc::new(PodInfo {

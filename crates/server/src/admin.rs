@@ -1,5 +1,6 @@
 //! The admin port: `/livez`, `/readyz` and `/metrics`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hyper::StatusCode;
@@ -10,6 +11,9 @@ use tokio_util::sync::CancellationToken;
 use crate::respond;
 use crate::serve::{Handler, HttpResponse, ServeError, handler_fn, serve};
 use crate::tls::TlsConfig;
+
+/// Size of the last `/metrics` answer (plus a margin), the next one's starting capacity.
+static LAST_METRICS_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Content type of the OpenMetrics text that prometheus-client writes.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -110,9 +114,14 @@ fn route(state: &AdminState, path: &str) -> HttpResponse {
             ),
         },
         "/metrics" => {
-            let mut out = String::new();
+            // Sized like the last answer: a node agent's page can be megabytes, and
+            // growing the buffer by doubling copies it several times over.
+            let mut out = String::with_capacity(LAST_METRICS_LEN.load(Ordering::Relaxed));
             match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
-                Ok(()) => respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out),
+                Ok(()) => {
+                    LAST_METRICS_LEN.store(out.len() + out.len() / 16, Ordering::Relaxed);
+                    respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out)
+                }
                 Err(e) => respond::text(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("metrics could not be encoded: {e}"),
