@@ -5,6 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hami_core::shared_region::DeviceUsage;
+use hami_device_plugin_nvidia::activity::GpuActivity;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -95,6 +96,10 @@ fn legacy_labels<'a>(r: &Row<'a>) -> [(&'static str, &'a str); 6] {
 }
 
 type Encoded = Result<(), std::fmt::Error>;
+/// A host series: name, help, whether it uses the legacy labels, its value.
+type HostFamily<'a> = (&'a str, &'a str, bool, fn(&GpuActivity) -> Option<u64>);
+/// A per-container series (no device): name, help, value.
+type ContainerFamily<'a> = (&'a str, &'a str, fn(&ContainerReading) -> i64);
 
 /// One gauge family over `rows`; rows `value` answers None for are left out.
 fn container_family<'r, T>(
@@ -245,22 +250,13 @@ impl Collector for MonitorCollector {
 }
 
 impl MonitorCollector {
-    fn encode_host(
-        &self,
-        encoder: &mut DescriptorEncoder,
-        gpus: &[hami_device_plugin_nvidia::activity::GpuActivity],
-    ) -> Encoded {
+    fn encode_host(&self, encoder: &mut DescriptorEncoder, gpus: &[GpuActivity]) -> Encoded {
         let rows: Vec<(String, String)> = gpus
             .iter()
             .map(|g| (g.index.to_string(), format!("NVIDIA-{}", g.name)))
             .collect();
         let node = self.node.as_str();
-        let mut families: Vec<(
-            &str,
-            &str,
-            bool,
-            fn(&hami_device_plugin_nvidia::activity::GpuActivity) -> Option<u64>,
-        )> = vec![
+        let mut families: Vec<HostFamily<'_>> = vec![
             (
                 "hami_host_gpu_memory_used_bytes",
                 "GPU device memory usage in bytes",
@@ -379,7 +375,7 @@ impl MonitorCollector {
         encoder: &mut DescriptorEncoder,
         containers: &[ContainerReading],
     ) -> Encoded {
-        let families: [(&str, &str, fn(&ContainerReading) -> i64); 3] = [
+        let families: [ContainerFamily<'_>; 3] = [
             (
                 "hami_container_task_priority",
                 "Task priority of the container (0 high, 1 low), from its shared region",

@@ -329,7 +329,7 @@ pub fn raise_open_file_limit() {
     if limit.current < limit.maximum {
         let from = limit.current;
         limit.current = limit.maximum;
-        match setrlimit(Resource::Nofile, limit.clone()) {
+        match setrlimit(Resource::Nofile, limit) {
             Ok(()) => tracing::debug!(?from, to = ?limit.current, "open file limit raised"),
             Err(e) => tracing::warn!(error = %e, "cannot raise the open file limit"),
         }

@@ -69,6 +69,14 @@ struct Entry {
     usage: Usage,
 }
 
+/// What a pass found for one container (its pod is added by the caller).
+struct Found {
+    pod_uid: Arc<str>,
+    container: Arc<str>,
+    file: Arc<CacheFile>,
+    usage: Usage,
+}
+
 /// Scans a containers directory again and again, keeping each container's file open.
 #[derive(Debug)]
 pub struct Scanner {
@@ -162,7 +170,12 @@ impl Scanner {
                 continue;
             }
             match self.read_container(name, uid, container, &item) {
-                Some((pod_uid, container, file, usage)) => {
+                Some(Found {
+                    pod_uid,
+                    container,
+                    file,
+                    usage,
+                }) => {
                     stats.read += 1;
                     out.push(ContainerReading {
                         pod_uid,
@@ -183,15 +196,15 @@ impl Scanner {
         stats
     }
 
-    /// The container's pod UID, name, file and usage, or None (logged) when it has no
-    /// usable file this pass.
+    /// What the container's file says, or None (logged) when it has no usable file this
+    /// pass.
     fn read_container(
         &mut self,
         name: &str,
         uid: &str,
         container: &str,
         item: &std::fs::DirEntry,
-    ) -> Option<(Arc<str>, Arc<str>, Arc<CacheFile>, Usage)> {
+    ) -> Option<Found> {
         let generation = self.generation;
         if !self.entries.contains_key(name) {
             self.entries.insert(
@@ -251,12 +264,12 @@ impl Scanner {
         }
         let file = entry.file.clone()?;
         match self.reader.read(file.as_ref(), &mut entry.usage) {
-            Ok(()) => Some((
-                entry.pod_uid.clone(),
-                entry.container.clone(),
+            Ok(()) => Some(Found {
+                pod_uid: entry.pod_uid.clone(),
+                container: entry.container.clone(),
                 file,
-                entry.usage.clone(),
-            )),
+                usage: entry.usage.clone(),
+            }),
             Err(e) => {
                 let key = file.path().display().to_string();
                 if self.warnings.allow(&key, &e.to_string()) {
