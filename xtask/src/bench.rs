@@ -143,6 +143,28 @@ pub(crate) fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Starts `binary` with `args` (warnings only on stderr) against the emulator behind
+/// `kubeconfig`; the child (killed when dropped) and its pid.
+pub(crate) fn spawn(
+    binary: &Path,
+    args: &[String],
+    kubeconfig: &Path,
+) -> anyhow::Result<(tokio::process::Child, u32)> {
+    let child = tokio::process::Command::new(binary)
+        .args(args)
+        .arg("--log-level=warn")
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = child
+        .id()
+        .with_context(|| format!("{} exited at once", binary.display()))?;
+    Ok((child, pid))
+}
+
 /// VmRSS and VmHWM of `pid`, in MiB.
 pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
@@ -297,17 +319,14 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     let kubeconfig = dir.join("kubeconfig");
     write_kubeconfig(&kubeconfig, &server.url())?;
     let (http, admin) = (free_port()?, free_port()?);
-    let mut child = tokio::process::Command::new(&args.binary)
-        .arg(format!("--http_bind=127.0.0.1:{http}"))
-        .arg(format!("--metrics-bind-address=127.0.0.1:{admin}"))
-        .arg("--log-level=warn")
-        .env("KUBECONFIG", &kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", args.binary.display()))?;
-    let pid = child.id().context("extender exited at once")?;
+    let (mut child, pid) = spawn(
+        &args.binary,
+        &[
+            format!("--http_bind=127.0.0.1:{http}"),
+            format!("--metrics-bind-address=127.0.0.1:{admin}"),
+        ],
+        &kubeconfig,
+    )?;
 
     let started = Instant::now();
     loop {

@@ -5,7 +5,6 @@
 //! containers x 4 GPUs (`docs/monitor.md`): scan <= 10 ms, scrape <= 20 ms, RSS <= 24 MiB.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -20,7 +19,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
-use crate::bench::{free_port, get_status, percentile, rss_mib, stop, write_kubeconfig};
+use crate::bench::{free_port, get_status, percentile, rss_mib, spawn, stop, write_kubeconfig};
 
 const NODE: &str = "bench-node";
 const GIB: u64 = 1 << 30;
@@ -134,22 +133,19 @@ pub async fn run(args: &MonitorBenchArgs) -> anyhow::Result<Value> {
     let devices = dir.join("devices.yaml");
     devices_file(&devices, args.devices)?;
     let port = free_port()?;
-    let mut child = tokio::process::Command::new(&args.binary)
-        .arg(format!("--node-name={NODE}"))
-        .arg(format!("--hook-path={}", dir.join("vgpu").display()))
-        .arg(format!("--metrics-bind-address=127.0.0.1:{port}"))
-        .arg("--backend=fake")
-        .arg(format!("--fake-devices={}", devices.display()))
-        .arg("--scan-interval=1s")
-        .arg("--feedback-interval=1s")
-        .arg("--log-level=warn")
-        .env("KUBECONFIG", &kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", args.binary.display()))?;
-    let pid = child.id().context("hami-vgpu-monitor exited at once")?;
+    let (mut child, pid) = spawn(
+        &args.binary,
+        &[
+            format!("--node-name={NODE}"),
+            format!("--hook-path={}", dir.join("vgpu").display()),
+            format!("--metrics-bind-address=127.0.0.1:{port}"),
+            "--backend=fake".into(),
+            format!("--fake-devices={}", devices.display()),
+            "--scan-interval=1s".into(),
+            "--feedback-interval=1s".into(),
+        ],
+        &kubeconfig,
+    )?;
 
     let started = Instant::now();
     loop {
