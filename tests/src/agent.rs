@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use hami_core::pod::is_terminal;
 use hami_testkit::kubelet::{AdmitError, Kubelet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -132,18 +133,15 @@ impl Agent {
             self.finish_deletion(&ns, &name, &uid).await;
             return;
         }
-        match phase(pod) {
-            "Succeeded" | "Failed" => {
-                self.kubelet.remove_pod(&uid);
-                self.handled.insert(uid, (ns, name));
-                return;
-            }
-            // Admitted by an earlier agent (restart): the kubelet emulator kept its devices.
-            "Running" => {
-                self.handled.insert(uid, (ns, name));
-                return;
-            }
-            _ => {}
+        if is_terminal(pod) {
+            self.kubelet.remove_pod(&uid);
+            self.handled.insert(uid, (ns, name));
+            return;
+        }
+        // Admitted by an earlier agent (restart): the kubelet emulator kept its devices.
+        if phase(pod) == "Running" {
+            self.handled.insert(uid, (ns, name));
+            return;
         }
         if self.handled.contains_key(&uid) {
             return;

@@ -9,6 +9,7 @@ use std::fmt::Write;
 
 use hami_core::annotations as keys;
 use hami_core::codec::{decode_node_register, decode_pod_single_device};
+use hami_core::pod::is_terminal_phase;
 use hami_testkit::resources::{NODES, PODS};
 use hami_testkit::selectors::Selector;
 use k8s_openapi::api::core::v1::Event;
@@ -124,7 +125,7 @@ fn annotation<'a>(pod: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 fn terminal(pod: &Value) -> bool {
-    matches!(str_at(pod, "/status/phase"), "Succeeded" | "Failed")
+    is_terminal_phase(Some(str_at(pod, "/status/phase")))
 }
 
 /// Names of the containers in annotation order: init containers, then app containers.
@@ -153,8 +154,8 @@ fn allocated(pod: &Value) -> Result<Vec<Vec<DeviceUse>>, String> {
             c.into_iter()
                 .map(|d| DeviceUse {
                     uuid: d.uuid,
-                    usedmem: d.usedmem,
-                    usedcores: d.usedcores,
+                    usedmem: d.mem_mib,
+                    usedcores: d.cores,
                 })
                 .collect()
         })
@@ -341,8 +342,8 @@ fn gpu_usage(cluster: &DemoCluster) -> (Vec<GpuReport>, Vec<String>) {
                 model: d.dev_type,
                 numa: d.numa,
                 healthy: d.health,
-                memory_mib: d.devmem,
-                cores: d.devcore,
+                memory_mib: d.mem_mib,
+                cores: d.cores,
                 slots: d.count,
                 used_mem: 0,
                 used_cores: 0,

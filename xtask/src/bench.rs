@@ -73,8 +73,8 @@ fn node_object(i: usize, gpus: usize) -> Value {
             id: uuid(i, g),
             index: g as u32,
             count: 10,
-            devmem: 81_920,
-            devcore: 100,
+            mem_mib: 81_920,
+            cores: 100,
             dev_type: "NVIDIA-NVIDIA H100 80GB HBM3".into(),
             numa: (g * 2 / gpus.max(1)) as i32,
             mode: "hami-core".into(),
@@ -98,8 +98,8 @@ fn running_pod(i: usize, s: &Scenario) -> Value {
         idx: 0,
         uuid: uuid(node, gpu),
         dev_type: "NVIDIA".into(),
-        usedmem: 4_000,
-        usedcores: 10,
+        mem_mib: 4_000,
+        cores: 10,
     }]]);
     json!({
         "apiVersion": "v1", "kind": "Pod",

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use anyhow::Context;
-use hami_core::config::DeviceConfig;
 use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, place};
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
 use hami_core::model::ContainerDevice;
+use hami_core::pod::pod_name;
 use hami_core::vendor::VendorRegistry;
+use hami_server::device_config::load_device_config;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
@@ -16,14 +17,7 @@ use crate::snapshot::{load_pod, load_snapshot};
 use crate::{ExplainArgs, OutputFormat};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
-    let config = match &args.config {
-        None => DeviceConfig::default(),
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read {}", path.display()))?;
-            DeviceConfig::from_yaml(&text).with_context(|| format!("{}", path.display()))?
-        }
-    };
+    let config = load_device_config(args.config.as_deref())?;
     let registry = VendorRegistry::from_config(&config);
     let snap = load_snapshot(&args.snapshot)?;
     let pod = load_pod(&args.pod)?;
@@ -138,14 +132,6 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     }
 }
 
-fn pod_name(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("<unnamed>")
-    )
-}
-
 struct TextReport<'a> {
     pod: &'a Pod,
     plan: &'a PodPlan,
@@ -167,15 +153,14 @@ fn render_text(r: TextReport<'_>) -> String {
     );
     for c in &r.plan.requests.containers {
         for (vendor, req) in &c.by_vendor {
-            let mem = if req.memreq > 0 {
-                format!("{} MiB", req.memreq)
-            } else {
-                format!("{}% memory", req.mem_percentage_req)
+            let mem = match (req.mem_mib, req.mem_percent) {
+                (0, Some(percent)) => format!("{percent}% memory"),
+                (mib, _) => format!("{mib} MiB"),
             };
             let _ = writeln!(
                 s,
                 "  container {:<20} {} x{} {}, {}% cores",
-                c.name, vendor, req.nums, mem, req.coresreq
+                c.name, vendor, req.count, mem, req.cores
             );
         }
     }
@@ -225,7 +210,7 @@ fn render_text(r: TextReport<'_>) -> String {
                     let _ = writeln!(
                         s,
                         "  {:<20} {} (index {}) {} MiB, {}% cores",
-                        c.name, d.uuid, d.idx, d.usedmem, d.usedcores
+                        c.name, d.uuid, d.idx, d.mem_mib, d.cores
                     );
                 }
             }

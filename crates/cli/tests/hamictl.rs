@@ -206,6 +206,47 @@ fn explain_reports_bad_files_clearly() {
 }
 
 #[test]
+fn explain_reads_the_device_config_as_the_services_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let explain = |config: &str| {
+        hamictl(&[
+            "explain",
+            "--snapshot",
+            &example("snapshot.json"),
+            "--pod",
+            &example("pod.yaml"),
+            "--config",
+            config,
+            "-o",
+            "json",
+        ])
+    };
+    let missing = dir.path().join("missing.yaml");
+    let out = explain(missing.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("cannot read device config {}", missing.display())),
+        "{err}"
+    );
+
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, "nvidia:\n  memoryFactor: 0\n").unwrap();
+    let out = explain(bad.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("device config {}: ", bad.display())) && err.contains("memoryFactor"),
+        "{err}"
+    );
+
+    let partial = dir.path().join("partial.yaml");
+    std::fs::write(&partial, "nvidia:\n  deviceSplitCount: 10\n").unwrap();
+    let v = json_of(&explain(partial.to_str().unwrap()));
+    assert!(v["failed_nodes"].is_object(), "{v}");
+}
+
+#[test]
 fn explain_rejects_unknown_policy_flags() {
     let out = hamictl(&[
         "explain",

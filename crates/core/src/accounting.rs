@@ -58,8 +58,8 @@ pub fn collapse(containers: &[ContainerDevices], kinds: &[ContainerKind]) -> Vec
             let e = own.entry(d.uuid.as_str()).or_default();
             *e = e.plus(Dims {
                 slots: 1,
-                mem: u64::from(d.usedmem),
-                cores: u64::from(d.usedcores),
+                mem: u64::from(d.mem_mib),
+                cores: u64::from(d.cores),
             });
         }
         match kind {
@@ -104,8 +104,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            usedmem: mem,
-            usedcores: cores,
+            mem_mib: mem,
+            cores,
         }
     }
 

@@ -1,4 +1,5 @@
-//! Annotation and label keys of HAMi's wire protocol (reference §2).
+//! Annotation and label keys of HAMi's wire protocol (`docs/protocol.md`, sections
+//! Pod annotations the scheduler writes, Node annotations, User annotations).
 
 /// Pod: chosen node (also written as a label of the same name).
 pub const VGPU_NODE: &str = "hami.io/vgpu-node";

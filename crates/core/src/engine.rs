@@ -1,5 +1,5 @@
 //! The placement engine: fit a pod on candidate nodes, score, pick one node and its
-//! devices, and produce the annotations the scheduler writes (reference §4.5).
+//! devices, and produce the annotations the scheduler writes (`docs/protocol.md#filter`).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
@@ -515,18 +515,13 @@ fn scan<'a, 'l>(
 /// The one step of a plan whose nodes can be ranked without choosing devices: one
 /// container asking one vendor, under a node policy that does not look at the picks
 /// (binpack, spread: the node score is the usage before the pod) and a device fit whose
-/// outcome does not depend on the order devices are tried (no NUMA binding, topology or
-/// quota). Then a node fits exactly when enough of its devices pass the checks.
+/// outcome does not depend on the order devices are tried ([`FitSettings::order_free`]).
+/// Then a node fits exactly when enough of its devices pass the checks.
 fn quick_step<'s, 'p>(plan: &PodPlan, steps: &'s [Step<'p>]) -> Option<&'s Step<'p>> {
     let [step] = steps else {
         return None;
     };
-    let s = &step.settings;
-    let order_free = !s.constraints.numa_bind
-        && !s.policy.topology_aware
-        && s.quota.memory.is_none()
-        && s.quota.cores.is_none();
-    (plan.node_policy != NodePolicy::Frag && order_free).then_some(step)
+    (plan.node_policy != NodePolicy::Frag && step.settings.order_free()).then_some(step)
 }
 
 /// Whether `step` fits on the node (`None`: the node lacks the vendor).
@@ -550,7 +545,8 @@ fn better_node(policy: NodePolicy, a_score: f32, a: &str, b_score: f32, b: &str)
     by_score.then_with(|| b.cmp(a)).is_gt()
 }
 
-/// The pod annotations the scheduler writes for a placement (reference §2.1):
+/// The pod annotations the scheduler writes for a placement
+/// (`docs/protocol.md#pod-annotations-the-scheduler-writes`):
 /// node, decision time, and per vendor the to-allocate and allocated device strings.
 pub fn allocation_annotations(
     registry: &VendorRegistry,

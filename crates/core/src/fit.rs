@@ -1,4 +1,4 @@
-//! Fitting one container's request onto one node's devices (reference §4.4), with
+//! Fitting one container's request onto one node's devices (`docs/protocol.md#fit-checks`), with
 //! HAMi's checks in HAMi's order and its reason names.
 
 use std::collections::BTreeSet;
@@ -67,6 +67,19 @@ pub struct FitSettings<'a> {
     pub frag: Option<&'a FragModel>,
 }
 
+impl FitSettings<'_> {
+    /// Whether a device passes regardless of the devices tried before it: no NUMA
+    /// binding, topology or quota. Then the fit's picks are simply the best passing
+    /// devices, and a container fits exactly when enough devices pass
+    /// ([`enough_devices_pass`]), so nodes can be ranked without choosing devices.
+    pub fn order_free(&self) -> bool {
+        !self.constraints.numa_bind
+            && !self.policy.topology_aware
+            && self.quota.memory.is_none()
+            && self.quota.cores.is_none()
+    }
+}
+
 /// Why a container did not fit on a node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FitFailure {
@@ -105,12 +118,19 @@ pub struct Pick {
     pub cores: u32,
 }
 
+/// A device that passed every check: what it would give and how it sorts.
+#[derive(Debug, Clone, Copy)]
+struct Candidate {
+    pick: Pick,
+    keys: DeviceKeys,
+}
+
 /// Buffers reused across containers and nodes so the hot path does not allocate.
 #[derive(Debug, Default)]
 pub struct FitScratch {
     order: Vec<usize>,
     keys: Vec<DeviceKeys>,
-    passing: Vec<(usize, DeviceKeys, u32, u32)>,
+    passing: Vec<Candidate>,
 }
 
 /// Fits `req` onto `set` with the current `usage` (same length as `set.infos`). On
@@ -149,8 +169,8 @@ pub fn container_device(
         idx: info.index,
         uuid: info.id.clone(),
         dev_type: req.dev_type.clone(),
-        usedmem: p.mem,
-        usedcores: p.cores,
+        mem_mib: p.mem,
+        cores: p.cores,
     }
 }
 
@@ -165,13 +185,8 @@ pub fn fit_container_into(
     out: &mut Vec<Pick>,
 ) -> Result<(), FitFailure> {
     out.clear();
-    // Without NUMA binding, topology or quota, whether a device passes does not depend on
-    // the walk order, so the picks are simply the best passing devices: no full sort.
-    let order_free = !s.constraints.numa_bind
-        && !s.policy.topology_aware
-        && s.quota.memory.is_none()
-        && s.quota.cores.is_none();
-    if order_free {
+    // Whether a device passes does not depend on the walk order: no full sort.
+    if s.order_free() {
         best_passing(set, usage, req, &s, scratch, out)?;
     } else {
         walk_in_order(set, usage, req, &s, *totals, scratch, out)?;
@@ -203,16 +218,16 @@ fn keys_of(
     }
 }
 
-/// Whether at least `req.nums` devices pass every check: exactly when the order-free fit
-/// ([`fit_container_into`] without NUMA binding, topology or quota) succeeds, found
-/// without scoring any device and stopping at the first `nums` that pass.
+/// Whether at least `req.count` devices pass every check: exactly when the fit succeeds
+/// under [`FitSettings::order_free`] settings, found without scoring any device and
+/// stopping at the first `count` that pass.
 pub fn enough_devices_pass(
     set: DeviceSet<'_>,
     usage: &[Usage],
     req: &ContainerDeviceRequest,
     s: &FitSettings<'_>,
 ) -> bool {
-    let need = req.nums as usize;
+    let need = req.count as usize;
     let mut passing = 0;
     for (i, info) in set.infos.iter().enumerate() {
         if !set.facts[i].of_vendor {
@@ -231,7 +246,7 @@ pub fn enough_devices_pass(
     false
 }
 
-/// Order-free fit: check every serving device once, keep the `nums` best that pass.
+/// Order-free fit: check every serving device once, keep the `count` best that pass.
 fn best_passing(
     set: DeviceSet<'_>,
     usage: &[Usage],
@@ -242,10 +257,10 @@ fn best_passing(
 ) -> Result<(), FitFailure> {
     let mut counts = ReasonCounts::default();
     let mut serving = 0;
-    let nums = req.nums as usize;
+    let count = req.count as usize;
     scratch.passing.clear();
     // One device wanted (the common case): keep only the best so far, no list to sort.
-    let mut best: Option<(usize, DeviceKeys, u32, u32)> = None;
+    let mut best: Option<Candidate> = None;
     let mut passing = 0usize;
     for (i, info) in set.infos.iter().enumerate() {
         if !set.facts[i].of_vendor {
@@ -262,25 +277,28 @@ fn best_passing(
             Err(r) => counts.add(r, 1),
             Ok((mem, cores)) => {
                 passing += 1;
-                let k = keys_of(set, usage, req, s, i);
-                if nums == 1 {
+                let candidate = Candidate {
+                    pick: Pick { pos: i, mem, cores },
+                    keys: keys_of(set, usage, req, s, i),
+                };
+                if count == 1 {
                     // `min_by` semantics: the first of equal candidates wins.
                     let better = best.as_ref().is_none_or(|b| {
-                        s.policy.prefer(&k, &b.1, false) == std::cmp::Ordering::Less
+                        s.policy.prefer(&candidate.keys, &b.keys, false) == std::cmp::Ordering::Less
                     });
                     if better {
-                        best = Some((i, k, mem, cores));
+                        best = Some(candidate);
                     }
                 } else {
-                    scratch.passing.push((i, k, mem, cores));
+                    scratch.passing.push(candidate);
                 }
             }
         }
     }
-    if nums > serving {
+    if count > serving {
         return Err(FitFailure::InsufficientDevices);
     }
-    if passing < nums {
+    if passing < count {
         if passing > 0 {
             counts.add(Reason::AllocatedCardsInsufficientRequest, passing as u32);
         }
@@ -289,24 +307,13 @@ fn best_passing(
             devices: serving,
         });
     }
-    let prefer = |a: &(usize, DeviceKeys, u32, u32), b: &(usize, DeviceKeys, u32, u32)| {
-        s.policy.prefer(&a.1, &b.1, false)
-    };
-    if nums == 1 {
-        if let Some(best) = best {
-            out.push(Pick {
-                pos: best.0,
-                mem: best.2,
-                cores: best.3,
-            });
-        }
+    if count == 1 {
+        out.extend(best.map(|b| b.pick));
     } else {
-        scratch.passing.sort_by(prefer);
-        out.extend(scratch.passing[..nums].iter().map(|p| Pick {
-            pos: p.0,
-            mem: p.2,
-            cores: p.3,
-        }));
+        scratch
+            .passing
+            .sort_by(|a, b| s.policy.prefer(&a.keys, &b.keys, false));
+        out.extend(scratch.passing[..count].iter().map(|c| c.pick));
     }
     Ok(())
 }
@@ -332,7 +339,7 @@ fn walk_in_order(
         }
     }
     let serving = scratch.order.len();
-    if req.nums as usize > serving {
+    if req.count as usize > serving {
         return Err(FitFailure::InsufficientDevices);
     }
     let keys = &scratch.keys;
@@ -342,7 +349,7 @@ fn walk_in_order(
 
     let mut counts = ReasonCounts::default();
     let picks = out;
-    let mut remaining = req.nums;
+    let mut remaining = req.count;
     let mut prev_numa: Option<i32> = None;
     let mut taken = totals;
     for &pos in &scratch.order {
@@ -357,7 +364,7 @@ fn walk_in_order(
                 counts.add(Reason::NumaNotFit, picks.len() as u32);
                 taken = totals;
                 picks.clear();
-                remaining = req.nums;
+                remaining = req.count;
             }
             prev_numa = Some(info.numa);
         }
@@ -379,11 +386,11 @@ fn walk_in_order(
         }
     }
 
-    if s.policy.topology_aware && picks.len() > req.nums as usize {
-        let chosen = choose_by_topology(std::mem::take(picks), req.nums as usize, set);
+    if s.policy.topology_aware && picks.len() > req.count as usize {
+        let chosen = choose_by_topology(std::mem::take(picks), req.count as usize, set);
         *picks = chosen;
     }
-    if picks.len() < req.nums as usize {
+    if picks.len() < req.count as usize {
         if !picks.is_empty() {
             counts.add(
                 Reason::AllocatedCardsInsufficientRequest,
@@ -445,22 +452,22 @@ fn check_capacity(
         return Err(Reason::ExclusiveDeviceAllocateConflict);
     }
     let cores = req.cores_clamped();
-    let mem = req.memory_on(info.devmem);
+    let mem = req.memory_on(info.mem_mib);
     let over =
         |limit: Option<u64>, used: u64, add: u32| limit.is_some_and(|l| used + u64::from(add) > l);
     if over(s.quota.memory, taken.memory, mem) || over(s.quota.cores, taken.cores, cores) {
         return Err(Reason::ResourceQuotaNotFit);
     }
-    if u64::from(info.devmem).saturating_sub(u.usedmem) < u64::from(mem) {
+    if u64::from(info.mem_mib).saturating_sub(u.mem_used) < u64::from(mem) {
         return Err(Reason::CardInsufficientMemory);
     }
-    if u64::from(info.devcore).saturating_sub(u.usedcores) < u64::from(cores) {
+    if u64::from(info.cores).saturating_sub(u.cores_used) < u64::from(cores) {
         return Err(Reason::CardInsufficientCore);
     }
-    if info.devcore == 100 && cores == 100 && u.used > 0 {
+    if info.cores == 100 && cores == 100 && u.used > 0 {
         return Err(Reason::ExclusiveDeviceAllocateConflict);
     }
-    if info.devcore != 0 && u.usedcores >= u64::from(info.devcore) && cores == 0 {
+    if info.cores != 0 && u.cores_used >= u64::from(info.cores) && cores == 0 {
         return Err(Reason::CardComputeUnitsExhausted);
     }
     if facts.mig {
@@ -557,12 +564,12 @@ mod tests {
             0u64..1000,
             0u64..101,
         )
-            .prop_map(|(count, mem, numa, health, used, usedmem, usedcores)| {
+            .prop_map(|(count, mem, numa, health, used, mem_used, cores_used)| {
                 let info = DeviceInfo {
                     id: String::new(),
                     count,
-                    devmem: mem,
-                    devcore: 100,
+                    mem_mib: mem,
+                    cores: 100,
                     dev_type: "NVIDIA-T4".into(),
                     numa,
                     health,
@@ -570,8 +577,8 @@ mod tests {
                 };
                 let u = Usage {
                     used: used.min(count),
-                    usedmem: usedmem.min(u64::from(mem)),
-                    usedcores,
+                    mem_used: mem_used.min(u64::from(mem)),
+                    cores_used,
                 };
                 (info, u)
             })
@@ -582,9 +589,9 @@ mod tests {
         #[test]
         fn fast_path_equals_ordered_walk(
             devs in prop::collection::vec(device(), 1..9),
-            nums in 1u32..4,
-            memreq in 0u32..600,
-            coresreq in prop_oneof![Just(0u32), 1u32..100, Just(100u32)],
+            count in 1u32..4,
+            mem_mib in 0u32..600,
+            cores in prop_oneof![Just(0u32), 1u32..100, Just(100u32)],
             policy in prop::sample::select(vec!["binpack", "spread", "mutex", "binpack,numa"]),
         ) {
             let infos: Vec<DeviceInfo> = devs
@@ -602,7 +609,7 @@ mod tests {
             let facts: Vec<DeviceFacts> = infos.iter().map(|d| DeviceFacts::of(d, "NVIDIA")).collect();
             let set = DeviceSet { infos: &infos, facts: &facts, cordon: &cordon, pair_scores: &pair_scores };
             let s = FitSettings { vendor: &vendor, any_type: false, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default(), frag: None };
-            let req = ContainerDeviceRequest { nums, dev_type: "NVIDIA".into(), memreq, mem_percentage_req: 101, coresreq };
+            let req = ContainerDeviceRequest { count, dev_type: "NVIDIA".into(), mem_mib, mem_percent: None, cores };
             let (mut fast, mut walk) = (Vec::new(), Vec::new());
             let mut scratch = FitScratch::default();
             let a = best_passing(set, &usage, &req, &s, &mut scratch, &mut fast);

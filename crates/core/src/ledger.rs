@@ -1,5 +1,5 @@
 //! The allocation ledger: one record per pod UID, and per-node device usage kept up to
-//! date incrementally from it (design invariant 1).
+//! date incrementally from it (invariant 1, `docs/architecture.md#invariants`).
 //!
 //! Usage = inventory − Σ records. Applying or deleting a pod touches only the devices
 //! it holds, so the placement engine reads usage without rescanning pods.
@@ -18,6 +18,7 @@ use crate::codec::{
 };
 use crate::fit::{DeviceFacts, DeviceSet};
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
+use crate::pod;
 use crate::request::ContainerKind;
 use crate::score::{Usage, node_score};
 use crate::vendor::VendorRegistry;
@@ -164,8 +165,7 @@ impl PodRecord {
         let Some(node) = annotations.get(keys::VGPU_NODE).filter(|n| !n.is_empty()) else {
             return Ok(None);
         };
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if pod::is_terminal(pod) {
             return Ok(None);
         }
         let Some(uid) = meta.uid.clone().filter(|u| !u.is_empty()) else {
@@ -219,13 +219,11 @@ pub fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };
-    let init = spec.init_containers.iter().flatten().map(|c| {
-        if c.restart_policy.as_deref() == Some("Always") {
-            ContainerKind::Sidecar
-        } else {
-            ContainerKind::Init
-        }
-    });
+    let init = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(ContainerKind::of_init);
     init.chain(spec.containers.iter().map(|_| ContainerKind::App))
         .collect()
 }
@@ -353,8 +351,8 @@ impl NodeState {
             .flat_map(|(vd, us)| {
                 vd.devices.iter().zip(us).map(|(d, u)| DeviceUsage {
                     used: u.used,
-                    usedmem: u.usedmem,
-                    usedcores: u.usedcores,
+                    mem_used: u.mem_used,
+                    cores_used: u.cores_used,
                     ..DeviceUsage::idle(d)
                 })
             })

@@ -1,6 +1,8 @@
 //! The device model shared by every codec and by the placement engine.
 //!
-//! Units: memory is MiB, cores are percent of one device (100 = the whole card).
+//! Units: memory is MiB, cores are percent of one device (100 = the whole card). Fields
+//! carry domain names; HAMi's Go names (`devmem`, `usedmem`, …) exist only on the wire,
+//! in the codecs (`crate::codec`) and the serde renames below.
 
 use serde::{Deserialize, Serialize};
 
@@ -15,15 +17,18 @@ pub struct DeviceInfo {
     /// Number of containers that may share the device (split slots).
     pub count: u32,
     /// Device memory in MiB (already scaled by the plugin's memory scaling).
-    pub devmem: u32,
+    #[serde(rename = "devmem")]
+    pub mem_mib: u32,
     /// Compute capacity in percent (100 for one whole card, scaled by core scaling).
-    pub devcore: u32,
+    #[serde(rename = "devcore")]
+    pub cores: u32,
     /// Device model as registered, e.g. `NVIDIA-Tesla V100-SXM2-32GB`.
     #[serde(rename = "type")]
     pub dev_type: String,
     /// NUMA node the device is attached to.
     pub numa: i32,
-    /// Operating mode: `hami-core`, `mig` or `mps`; empty means `hami-core`.
+    /// Operating mode: `hami-core` (shared through HAMi-core, `libvgpu.so`), `mig` or
+    /// `mps`; empty means `hami-core`.
     pub mode: String,
     /// Whether the device is healthy. A missing value on the wire means unhealthy.
     pub health: bool,
@@ -63,9 +68,11 @@ pub struct ContainerDevice {
     #[serde(rename = "type")]
     pub dev_type: String,
     /// MiB taken on the device.
-    pub usedmem: u32,
+    #[serde(rename = "usedmem")]
+    pub mem_mib: u32,
     /// Percent of the device's compute taken.
-    pub usedcores: u32,
+    #[serde(rename = "usedcores")]
+    pub cores: u32,
 }
 
 /// The devices of one container (possibly empty).
@@ -76,40 +83,39 @@ pub type ContainerDevices = Vec<ContainerDevice>;
 pub type PodSingleDevice = Vec<ContainerDevices>;
 
 /// What one container asks of one vendor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContainerDeviceRequest {
     /// Number of distinct devices.
-    pub nums: u32,
+    pub count: u32,
     /// Vendor key (`NVIDIA`).
-    #[serde(rename = "type")]
     pub dev_type: String,
     /// MiB per device; 0 when memory is given as a percentage.
-    pub memreq: u32,
-    /// Percent of each device's memory; [`MEM_PERCENTAGE_UNSET`] when not given.
-    pub mem_percentage_req: u32,
+    pub mem_mib: u32,
+    /// Percent of each device's memory, when memory is given that way (HAMi spells "not
+    /// given" as 101; that sentinel never leaves request parsing).
+    pub mem_percent: Option<u32>,
     /// Percent of each device's compute.
-    pub coresreq: u32,
+    pub cores: u32,
 }
 
-/// The "not given" sentinel HAMi uses for the memory percentage.
-pub const MEM_PERCENTAGE_UNSET: u32 = 101;
-
 impl ContainerDeviceRequest {
-    /// Memory this request takes on a device of `totalmem` MiB.
-    pub fn memory_on(&self, totalmem: u32) -> u32 {
-        if self.memreq > 0 {
-            self.memreq
-        } else if self.mem_percentage_req != MEM_PERCENTAGE_UNSET && self.mem_percentage_req != 0 {
+    /// Memory this request takes on a device of `device_mem_mib` MiB.
+    pub fn memory_on(&self, device_mem_mib: u32) -> u32 {
+        if self.mem_mib > 0 {
+            return self.mem_mib;
+        }
+        match self.mem_percent {
             // Integer arithmetic in u64 as HAMi does, without the i32 overflow.
-            (u64::from(totalmem) * u64::from(self.mem_percentage_req) / 100) as u32
-        } else {
-            0
+            Some(percent) if percent != 0 => {
+                (u64::from(device_mem_mib) * u64::from(percent) / 100) as u32
+            }
+            _ => 0,
         }
     }
 
     /// Cores this request takes on one device, clamped to one whole card as the fit does.
     pub fn cores_clamped(&self) -> u32 {
-        self.coresreq.min(100)
+        self.cores.min(100)
     }
 }
 
@@ -122,10 +128,10 @@ pub struct DeviceUsage {
     /// Containers on the device (slots taken).
     pub used: u32,
     pub count: u32,
-    pub usedmem: u64,
-    pub totalmem: u32,
-    pub usedcores: u64,
-    pub totalcore: u32,
+    pub mem_used: u64,
+    pub mem_total: u32,
+    pub cores_used: u64,
+    pub cores_total: u32,
     pub numa: i32,
     pub dev_type: String,
     pub mode: String,
@@ -140,10 +146,10 @@ impl DeviceUsage {
             index: info.index,
             used: 0,
             count: info.count,
-            usedmem: 0,
-            totalmem: info.devmem,
-            usedcores: 0,
-            totalcore: info.devcore,
+            mem_used: 0,
+            mem_total: info.mem_mib,
+            cores_used: 0,
+            cores_total: info.cores,
             numa: info.numa,
             dev_type: info.dev_type.clone(),
             mode: info.mode.clone(),
@@ -152,10 +158,10 @@ impl DeviceUsage {
     }
 
     pub fn free_mem(&self) -> u64 {
-        u64::from(self.totalmem).saturating_sub(self.usedmem)
+        u64::from(self.mem_total).saturating_sub(self.mem_used)
     }
 
     pub fn free_cores(&self) -> u64 {
-        u64::from(self.totalcore).saturating_sub(self.usedcores)
+        u64::from(self.cores_total).saturating_sub(self.cores_used)
     }
 }

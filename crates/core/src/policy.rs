@@ -1,4 +1,5 @@
-//! Node and GPU scheduling policies (reference §4.2, §4.3).
+//! Node and GPU scheduling policies (`docs/protocol.md#scores`,
+//! `docs/protocol.md#gpu-policies`).
 
 use std::cmp::Ordering;
 use std::fmt;
@@ -62,7 +63,7 @@ impl FromStr for NodePolicy {
             other => Err(PolicyParseError {
                 kind: "node",
                 value: other.to_string(),
-                expected: "binpack, spread, frag",
+                expected: "binpack, spread or frag",
             }),
         }
     }
@@ -295,5 +296,32 @@ mod tests {
         assert!("spreed".parse::<NodePolicy>().is_err());
         assert_eq!(NodePolicy::from_annotation("anything"), NodePolicy::Binpack);
         assert_eq!(NodePolicy::from_annotation(" spread "), NodePolicy::Spread);
+    }
+
+    #[test]
+    fn flag_values_parse_strictly_with_the_choices_in_the_error() {
+        for (text, want) in [
+            ("binpack", NodePolicy::Binpack),
+            ("spread", NodePolicy::Spread),
+            ("frag", NodePolicy::Frag),
+            (" frag ", NodePolicy::Frag),
+        ] {
+            assert_eq!(text.parse::<NodePolicy>(), Ok(want), "{text:?}");
+        }
+        let err = "tight".parse::<NodePolicy>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "unknown node policy \"tight\"; expected one of: binpack, spread or frag"
+        );
+        assert!("".parse::<NodePolicy>().is_err());
+        assert!("Binpack".parse::<NodePolicy>().is_err());
+
+        for ok in ["frag", "numa,binpack", " spread , mutex ", "topology-aware"] {
+            assert!(ok.parse::<GpuPolicy>().is_ok(), "{ok:?}");
+        }
+        let err = "numa,bogus".parse::<GpuPolicy>().unwrap_err().to_string();
+        assert!(err.contains("\"numa,bogus\""), "{err}");
+        assert!(err.contains("topology-aware"), "{err}");
+        assert!("numa,".parse::<GpuPolicy>().is_err());
     }
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::model::ContainerDeviceRequest;
+use crate::pod;
 use crate::vendor::VendorRegistry;
 
 /// Why a pod's device request could not be read.
@@ -42,6 +43,17 @@ pub enum ContainerKind {
     App,
 }
 
+impl ContainerKind {
+    /// The kind of one of the pod's init containers.
+    pub fn of_init(init_container: &Container) -> Self {
+        if pod::is_sidecar(init_container) {
+            ContainerKind::Sidecar
+        } else {
+            ContainerKind::Init
+        }
+    }
+}
+
 /// The device requests of one container, per vendor (vendor key → request).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContainerRequests {
@@ -62,12 +74,7 @@ impl PodRequests {
         let mut containers = Vec::new();
         if let Some(spec) = &pod.spec {
             for c in spec.init_containers.iter().flatten() {
-                let kind = if c.restart_policy.as_deref() == Some("Always") {
-                    ContainerKind::Sidecar
-                } else {
-                    ContainerKind::Init
-                };
-                containers.push(container_requests(c, kind, registry)?);
+                containers.push(container_requests(c, ContainerKind::of_init(c), registry)?);
             }
             for c in &spec.containers {
                 containers.push(container_requests(c, ContainerKind::App, registry)?);

@@ -1,4 +1,4 @@
-//! The reference's examples and every rejection rule of every annotation codec.
+//! HAMi's example values (`docs/protocol.md`) and every rejection rule of every annotation codec.
 
 // Test helpers outside `#[test]` functions panic on purpose when a fixture is wrong.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -20,8 +20,8 @@ fn p4(id: &str) -> DeviceInfo {
         id: id.to_owned(),
         index: 0,
         count: 5,
-        devmem: 8192,
-        devcore: 100,
+        mem_mib: 8192,
+        cores: 100,
         dev_type: "NVIDIA-Tesla P4".to_owned(),
         numa: 0,
         mode: String::new(),
@@ -61,8 +61,8 @@ mod node_register_json {
             id: "GPU-1".to_owned(),
             index: 3,
             count: 7,
-            devmem: 40960,
-            devcore: 100,
+            mem_mib: 40960,
+            cores: 100,
             dev_type: "NVIDIA A100".to_owned(),
             numa: 1,
             mode: "mig".to_owned(),
@@ -258,8 +258,8 @@ mod node_register_legacy {
             id: "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4".to_owned(),
             index: 0,
             count: 10,
-            devmem: 7680,
-            devcore: 100,
+            mem_mib: 7680,
+            cores: 100,
             dev_type: "NVIDIA-Tesla P4".to_owned(),
             numa: 0,
             mode: "hami-core".to_owned(),
@@ -316,8 +316,8 @@ mod node_register_legacy {
                 id: "GPU-a".to_owned(),
                 index: 5,
                 count: 4,
-                devmem: 16384,
-                devcore: 200,
+                mem_mib: 16384,
+                cores: 200,
                 dev_type: "NVIDIA-A10".to_owned(),
                 numa: -1,
                 mode: "mps".to_owned(),
@@ -545,8 +545,8 @@ mod pod_devices {
             idx: 0,
             uuid: uuid.to_owned(),
             dev_type: "NVIDIA".to_owned(),
-            usedmem: mem,
-            usedcores: cores,
+            mem_mib: mem,
+            cores,
         }
     }
 

@@ -85,8 +85,8 @@ fn json_device() -> impl Strategy<Value = DeviceInfo> {
                     id,
                     index,
                     count,
-                    devmem,
-                    devcore,
+                    mem_mib: devmem,
+                    cores: devcore,
                     dev_type,
                     numa,
                     mode,
@@ -112,8 +112,8 @@ fn legacy_devices() -> impl Strategy<Value = Vec<DeviceInfo>> {
                 id: format!("GPU-{id}"),
                 index,
                 count,
-                devmem,
-                devcore,
+                mem_mib: devmem,
+                cores: devcore,
                 dev_type,
                 numa,
                 mode,
@@ -141,8 +141,8 @@ fn container_device() -> impl Strategy<Value = ContainerDevice> {
             idx: 0,
             uuid,
             dev_type,
-            usedmem,
-            usedcores,
+            mem_mib: usedmem,
+            cores: usedcores,
         })
 }
 

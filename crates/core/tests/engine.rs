@@ -226,7 +226,7 @@ fn init_containers_are_fitted_apart_and_counted_at_peak() {
     let rec = PodRecord::from_devices("u", "default", "init", &node, &fit.devices, &pl.kinds);
     ledger.apply_pod(rec);
     let usage = ledger.usage("n").unwrap();
-    assert_eq!(usage[0][0].usedmem, 800);
+    assert_eq!(usage[0][0].mem_used, 800);
     assert_eq!(usage[0][0].used, 1);
 }
 
@@ -277,7 +277,7 @@ fn memory_percentage_resolves_per_device() {
         )],
     );
     let (_, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
-    assert_eq!(fit.devices["NVIDIA"][0][0].usedmem, 4000);
+    assert_eq!(fit.devices["NVIDIA"][0][0].mem_mib, 4000);
     // A plain `nvidia.com/gpu: 1` takes the whole memory.
     let (_, fit) = place_one(
         &ledger,
@@ -288,7 +288,7 @@ fn memory_percentage_resolves_per_device() {
     )
     .chosen
     .unwrap();
-    assert_eq!(fit.devices["NVIDIA"][0][0].usedmem, 16_000);
+    assert_eq!(fit.devices["NVIDIA"][0][0].mem_mib, 16_000);
 }
 
 #[test]

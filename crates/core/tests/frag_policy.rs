@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::*;
 use hami_core::engine::{Placement, PodPlan, place};
-use hami_core::frag::live::{FragModel, workload_from_shapes};
+use hami_core::frag::live::{FragModel, GpuTaskShape, workload_from_shapes};
 use hami_core::ledger::{Ledger, PodRecord};
 use hami_core::policy::{GpuPolicy, NodePolicy};
 use k8s_openapi::api::core::v1::Pod;
@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::Pod;
 /// Typical workload: half 500-milli tasks, half whole cards.
 fn model() -> Arc<FragModel> {
     Arc::new(FragModel::new(workload_from_shapes(&[
-        (1, 500, 1),
-        (1, 1000, 1),
+        GpuTaskShape::new(1, 500, 1),
+        GpuTaskShape::new(1, 1000, 1),
     ])))
 }
 

@@ -75,14 +75,14 @@ fn apply_is_idempotent_and_delete_releases() {
     ledger.apply_pod(rec.clone());
     ledger.apply_pod(rec.clone());
     let u = ledger.usage("n").unwrap()[0][1];
-    assert_eq!((u.used, u.usedmem, u.usedcores), (1, 300, 20));
+    assert_eq!((u.used, u.mem_used, u.cores_used), (1, 300, 20));
     // A changed record for the same UID replaces, not adds.
     let moved = PodRecord::from_pod(&placed_pod("a", "n", "n-gpu-0,NVIDIA,100,5:;"), &registry())
         .unwrap()
         .unwrap();
     ledger.apply_pod(moved);
-    assert_eq!(ledger.usage("n").unwrap()[0][1].usedmem, 0);
-    assert_eq!(ledger.usage("n").unwrap()[0][0].usedmem, 100);
+    assert_eq!(ledger.usage("n").unwrap()[0][1].mem_used, 0);
+    assert_eq!(ledger.usage("n").unwrap()[0][0].mem_used, 100);
     assert!(ledger.remove_pod(&rec.uid).is_some());
     assert!(ledger.remove_pod(&rec.uid).is_none());
     assert_eq!(ledger.usage("n").unwrap()[0][0], Default::default());
@@ -100,10 +100,10 @@ fn pods_seen_before_their_node_count_once_it_registers() {
     let report = ledger.apply_pod(rec);
     assert!(report.unknown_node);
     add_node(&mut ledger, "late", 1, 1000);
-    assert_eq!(ledger.usage("late").unwrap()[0][0].usedmem, 300);
+    assert_eq!(ledger.usage("late").unwrap()[0][0].mem_used, 300);
     // Re-registering with a different inventory keeps the pod's usage.
     add_node(&mut ledger, "late", 2, 2000);
-    assert_eq!(ledger.usage("late").unwrap()[0][0].usedmem, 300);
+    assert_eq!(ledger.usage("late").unwrap()[0][0].mem_used, 300);
     assert_eq!(
         ledger.recomputed_usage("late").unwrap(),
         ledger.usage("late").unwrap()

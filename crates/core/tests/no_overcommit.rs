@@ -111,12 +111,12 @@ fn assert_invariants(ledger: &Ledger, exclusive: &std::collections::BTreeSet<Str
             for (d, u) in vd.devices.iter().zip(us) {
                 assert!(u.used <= d.count, "slots over-committed on {}: {u:?}", d.id);
                 assert!(
-                    u.usedmem <= u64::from(d.devmem),
+                    u.mem_used <= u64::from(d.mem_mib),
                     "memory over-committed on {}: {u:?}",
                     d.id
                 );
                 assert!(
-                    u.usedcores <= u64::from(d.devcore),
+                    u.cores_used <= u64::from(d.cores),
                     "cores over-committed on {}: {u:?}",
                     d.id
                 );

@@ -1,4 +1,4 @@
-//! Request parsing from Pod specs (reference §3.1).
+//! Request parsing from Pod specs (`docs/protocol.md#resources-and-requests`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -6,7 +6,6 @@ mod common;
 
 use common::*;
 use hami_core::config::DeviceConfig;
-use hami_core::model::MEM_PERCENTAGE_UNSET;
 use hami_core::request::{ContainerKind, PodRequests, RequestError};
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -23,13 +22,16 @@ fn count_is_required_and_must_be_positive() {
     assert!(first_request(&[("nvidia.com/gpumem", "100")]).is_none());
     assert!(first_request(&[("nvidia.com/gpu", "0")]).is_none());
     let r = first_request(&[("nvidia.com/gpu", "2"), ("nvidia.com/gpumem", "100")]).unwrap();
-    assert_eq!((r.nums, r.memreq, r.dev_type.as_str()), (2, 100, "NVIDIA"));
+    assert_eq!(
+        (r.count, r.mem_mib, r.dev_type.as_str()),
+        (2, 100, "NVIDIA")
+    );
 }
 
 #[test]
 fn unset_memory_means_whole_card_unless_default_memory() {
     let r = first_request(&[("nvidia.com/gpu", "1")]).unwrap();
-    assert_eq!((r.memreq, r.mem_percentage_req, r.coresreq), (0, 100, 0));
+    assert_eq!((r.mem_mib, r.mem_percent, r.cores), (0, Some(100), 0));
 
     let mut cfg = DeviceConfig::default();
     cfg.nvidia.default_memory = 2048;
@@ -37,10 +39,7 @@ fn unset_memory_means_whole_card_unless_default_memory() {
     let reg = VendorRegistry::from_config(&cfg);
     let p = pod("p", vec![container("c", &[("nvidia.com/gpu", "1")])]);
     let r = PodRequests::from_pod(&p, &reg).unwrap().containers[0].by_vendor["NVIDIA"].clone();
-    assert_eq!(
-        (r.memreq, r.mem_percentage_req, r.coresreq),
-        (2048, MEM_PERCENTAGE_UNSET, 15)
-    );
+    assert_eq!((r.mem_mib, r.mem_percent, r.cores), (2048, None, 15));
 }
 
 #[test]
@@ -48,24 +47,21 @@ fn memory_percentage_sentinel_and_clamping() {
     let pct = |v: &str| {
         first_request(&[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem-percentage", v)])
             .unwrap()
-            .mem_percentage_req
+            .mem_percent
     };
-    assert_eq!(pct("30"), 30);
-    assert_eq!(pct("101"), 100);
-    assert_eq!(pct("100000"), 100);
+    assert_eq!(pct("30"), Some(30));
+    assert_eq!(pct("101"), Some(100));
+    assert_eq!(pct("100000"), Some(100));
     // <= 0 is "unset", and unset with no memory means the whole card.
-    assert_eq!(pct("0"), 100);
-    assert_eq!(pct("-5"), 100);
+    assert_eq!(pct("0"), Some(100));
+    assert_eq!(pct("-5"), Some(100));
     let r = first_request(&[
         ("nvidia.com/gpu", "1"),
         ("nvidia.com/gpumem", "500"),
         ("nvidia.com/gpumem-percentage", "0"),
     ])
     .unwrap();
-    assert_eq!(
-        (r.memreq, r.mem_percentage_req),
-        (500, MEM_PERCENTAGE_UNSET)
-    );
+    assert_eq!((r.mem_mib, r.mem_percent), (500, None));
 }
 
 #[test]
@@ -81,7 +77,7 @@ fn memory_factor_multiplies_and_bounds() {
         )],
     );
     let r = PodRequests::from_pod(&p, &reg).unwrap();
-    assert_eq!(r.containers[0].by_vendor["NVIDIA"].memreq, 3072);
+    assert_eq!(r.containers[0].by_vendor["NVIDIA"].mem_mib, 3072);
     let huge = pod(
         "p",
         vec![container(
@@ -134,7 +130,7 @@ fn limits_win_over_requests() {
     let r =
         PodRequests::from_pod(&p, &registry()).unwrap().containers[0].by_vendor["NVIDIA"].clone();
     // memory from limits, cores from requests (absent in limits)
-    assert_eq!((r.memreq, r.coresreq), (700, 40));
+    assert_eq!((r.mem_mib, r.cores), (700, 40));
 }
 
 #[test]
@@ -149,7 +145,7 @@ fn custom_resource_names_from_config() {
         )],
     );
     let r = PodRequests::from_pod(&p, &reg).unwrap();
-    assert_eq!(r.containers[0].by_vendor["NVIDIA"].memreq, 64);
+    assert_eq!(r.containers[0].by_vendor["NVIDIA"].mem_mib, 64);
     let std = pod("p", vec![container("c", &[("nvidia.com/gpu", "1")])]);
     assert!(PodRequests::from_pod(&std, &reg).unwrap().is_empty());
 }

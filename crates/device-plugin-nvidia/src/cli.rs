@@ -1,11 +1,11 @@
 //! Command line: every flag also reads an environment variable.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use hami_server::trace::LogFormat;
+use hami_server::args::{AdminArgs, ClientArgs, DevicePluginAdminAddress, LogArgs};
+use hami_server::flags::{DURATION_HELP, parse_go_duration};
 
 /// The NVIDIA device plugin of hami-rs.
 #[derive(Debug, Parser)]
@@ -28,7 +28,8 @@ use hami_server::trace::LogFormat;
         overrides from config.json. `--backend fake` reads GPUs from a YAML/JSON file \
         instead of NVML, for clusters without GPUs.\n\n\
         `hami-device-plugin-nvidia discover` prints the GPUs the backend sees and the \
-        register annotation this node would publish, as JSON, without contacting Kubernetes."
+        register annotation this node would publish, as JSON, without contacting Kubernetes.",
+    after_help = DURATION_HELP
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -37,19 +38,14 @@ pub struct Cli {
     #[command(flatten)]
     pub serve: ServeArgs,
 
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
-    pub log_format: LogFormat,
-
-    /// Log filter in RUST_LOG syntax (e.g. `info`, `hami_device_plugin=debug,info`);
-    /// RUST_LOG is used when unset.
-    #[arg(long, env = "LOG_LEVEL", global = true)]
-    pub log_level: Option<String>,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Print the GPUs the backend discovers and the register annotation as JSON, then exit.
+    #[command(after_help = DURATION_HELP)]
     Discover(DiscoverArgs),
 }
 
@@ -77,11 +73,11 @@ pub struct BackendArgs {
     pub nvml_lib: Option<PathBuf>,
 
     /// How long a GPU must stay bad (or good again) before its health changes.
-    #[arg(long, env = "HEALTH_HOLD", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "HEALTH_HOLD", default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub health_hold: Duration,
 
     /// How long one critical Xid/ECC event keeps a GPU bad.
-    #[arg(long, env = "HEALTH_WINDOW", default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, env = "HEALTH_WINDOW", default_value = "60s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub health_window: Duration,
 }
 
@@ -124,18 +120,16 @@ pub struct ServeArgs {
     )]
     pub device_plugin_path: PathBuf,
 
-    /// Admin endpoint (/livez, /readyz, /metrics; plain HTTP).
-    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:9396")]
-    pub admin_address: SocketAddr,
+    #[command(flatten)]
+    pub admin: AdminArgs<DevicePluginAdminAddress>,
 
     /// How often the node's register annotation is checked (it is also written at once
     /// whenever the GPUs change).
-    #[arg(long, env = "REGISTER_INTERVAL", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "REGISTER_INTERVAL", default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub register_interval: Duration,
 
-    /// kubeconfig file; in-cluster config (or KUBECONFIG) when unset.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     #[command(flatten)]
     pub backend: BackendArgs,
@@ -151,7 +145,7 @@ pub struct ServeArgs {
     pub fake_workload: bool,
 
     /// How often the fake workload's regions are updated.
-    #[arg(long, env = "FAKE_WORKLOAD_INTERVAL", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "FAKE_WORKLOAD_INTERVAL", default_value = "5s", value_parser = parse_go_duration)]
     pub fake_workload_interval: Duration,
 }
 
@@ -169,50 +163,6 @@ pub struct DiscoverArgs {
     pub config: ConfigArgs,
 }
 
-/// A Go-style duration (`500ms`, `30s`, `1m30s`, `1.5h`) or plain seconds (`30`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let bad = || format!("{text:?} is not a duration (e.g. 500ms, 30s, 1m30s)");
-    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-        return t.parse().map(Duration::from_secs).map_err(|_| bad());
-    }
-    let mut rest = t;
-    let mut nanos = 0f64;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let n_end = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let (number, tail) = rest.split_at(n_end);
-        let value: f64 = number.parse().map_err(|_| bad())?;
-        let u_end = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(u_end);
-        let scale = match unit {
-            "ns" => 1.0,
-            "us" | "µs" => 1e3,
-            "ms" => 1e6,
-            "s" => 1e9,
-            "m" => 60e9,
-            "h" => 3600e9,
-            _ => {
-                return Err(format!(
-                    "{text:?}: unknown unit {unit:?} (use ns, us, ms, s, m or h)"
-                ));
-            }
-        };
-        nanos += value * scale;
-        rest = tail;
-    }
-    if !nanos.is_finite() || nanos >= u64::MAX as f64 {
-        return Err(bad());
-    }
-    Ok(Duration::from_nanos(nanos as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,18 +173,74 @@ mod tests {
         Cli::command().debug_assert();
     }
 
+    /// The duration flags go through hami-server's Go-duration parser. A bare number
+    /// other than 0 (`45`, once read here as seconds) is refused like HAMi's Go flags
+    /// refuse it, with an error that says to write `45s`; the chart always renders a unit.
     #[test]
     fn durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("s").is_err());
-        assert!(parse_duration("").is_err());
-        assert!(parse_duration("3d").is_err());
-        assert!(parse_duration("1..2s").is_err());
+        let parse = |value: &str| {
+            Cli::try_parse_from([
+                "x",
+                "--node-name=n1",
+                &format!("--register-interval={value}"),
+            ])
+            .map(|cli| cli.serve.register_interval)
+        };
+        assert_eq!(parse("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse("1.5s").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+        let e = parse("45").unwrap_err().to_string();
+        assert!(e.contains("for seconds write 45s"), "{e}");
+        for bad in ["s", "", "3d", "1..2s"] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        let cli = Cli::try_parse_from(["x", "discover", "--health-hold=2s", "--health-window=1m"])
+            .unwrap();
+        let Some(Command::Discover(d)) = cli.command else {
+            panic!("discover expected");
+        };
+        assert_eq!(d.backend.health_hold, Duration::from_secs(2));
+        assert_eq!(d.backend.health_window, Duration::from_secs(60));
+        assert!(Cli::try_parse_from(["x", "discover", "--health-hold=10"]).is_err());
+    }
+
+    #[test]
+    fn chart_rendered_args_parse() {
+        // What deploy/helm/hami-rs renders for the device-plugin container (fake backend,
+        // registerInterval set).
+        let cli = Cli::try_parse_from([
+            "hami-device-plugin-nvidia",
+            "--node-name=n1",
+            "--device-plugin-path=/var/lib/kubelet/device-plugins",
+            "--config-file=/device-config/device-config.yaml",
+            "--node-config-file=/node-config/config.json",
+            "--hook-path=/usr/local",
+            "--backend=fake",
+            "--fake-devices=/fake-devices/devices.yaml",
+            "--admin-address=0.0.0.0:9396",
+            "--register-interval=45s",
+            "--log-format=json",
+        ])
+        .unwrap();
+        let s = &cli.serve;
+        assert_eq!(s.admin.address, "0.0.0.0:9396".parse().unwrap());
+        assert_eq!(s.register_interval, Duration::from_secs(45));
+        assert_eq!(s.backend.backend, BackendKind::Fake);
+        assert_eq!(
+            s.config.config_file,
+            Some(PathBuf::from("/device-config/device-config.yaml"))
+        );
+        assert_eq!(s.client.kubeconfig, None);
+        assert_eq!(cli.log.log_format, hami_server::trace::LogFormat::Json);
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--register-interval <DURATION>"), "{help}");
+        assert!(
+            help.contains("Only 0 may be written without a unit"),
+            "{help}"
+        );
     }
 
     #[test]
@@ -245,6 +251,7 @@ mod tests {
         assert_eq!(cli.serve.node_name.as_deref(), Some("n1"));
         assert_eq!(cli.serve.backend.backend, BackendKind::Nvml);
         assert_eq!(cli.serve.register_interval, Duration::from_secs(30));
+        assert_eq!(cli.serve.admin.address, "0.0.0.0:9396".parse().unwrap());
         assert_eq!(cli.serve.config.hook_path, PathBuf::from("/usr/local"));
         let cli = Cli::try_parse_from([
             "x",

@@ -7,7 +7,7 @@ async fn main() -> anyhow::Result<()> {
     // Ignored when already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    hami_server::trace::init_tracing(cli.log_format, cli.log_level.as_deref())?;
+    cli.log.init_tracing()?;
     match cli.command {
         None => {
             let shutdown = hami_server::shutdown::shutdown_on_signals();

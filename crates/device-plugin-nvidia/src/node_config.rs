@@ -1,5 +1,5 @@
 //! HAMi's per-node overrides (`/config/config.json`, chart
-//! `devicePlugin.nodeConfiguration.config`, reference §5.8):
+//! `devicePlugin.nodeConfiguration.config`, `docs/protocol.md#node-configuration`):
 //!
 //! ```json
 //! {"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 4, "devicememoryscaling": 1.5,

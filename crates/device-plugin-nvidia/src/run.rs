@@ -110,11 +110,11 @@ async fn follow_status(
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), RunError> {
     let cfg = plugin_config(&args)?;
     let selected = Selected::build(&args.backend)?;
-    let client = hami_k8s::client::connect(args.kubeconfig.as_deref()).await?;
-    let admin_listener = TcpListener::bind(args.admin_address)
+    let client = hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?;
+    let admin_listener = TcpListener::bind(args.admin.address)
         .await
         .map_err(|source| RunError::Bind {
-            address: args.admin_address.to_string(),
+            address: args.admin.address.to_string(),
             source,
         })?;
     tracing::info!(
@@ -123,7 +123,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
         backend = ?args.backend.backend,
         split = cfg.split_count,
         plugin_dir = %cfg.plugin_dir.display(),
-        admin = %args.admin_address,
+        admin = %args.admin.address,
         "hami-device-plugin-nvidia starting"
     );
     if !args.fake_workload {

@@ -4,9 +4,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use hami_core::config::{DeviceConfig, NvidiaConfig};
+use hami_core::config::NvidiaConfig;
 use hami_device_plugin::config::socket_name_for;
-use hami_device_plugin::{DeviceFilter, HamiCoreSettings, PluginConfig, VendorSpec};
+use hami_device_plugin::{DeviceFilter, PluginConfig, VendorSpec, VgpuHookSettings};
+use hami_server::device_config::{DeviceConfigError, load_device_config};
 
 use crate::cli::ConfigArgs;
 use crate::node_config::{self, NodeConfig, NodeConfigError};
@@ -14,38 +15,14 @@ use crate::node_config::{self, NodeConfig, NodeConfigError};
 /// Why the settings could not be assembled.
 #[derive(Debug, thiserror::Error)]
 pub enum SettingsError {
-    #[error("cannot read device config {path}: {source}")]
-    ReadDeviceConfig {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("device config {path}: {source}")]
-    DeviceConfig {
-        path: String,
-        source: hami_core::config::ConfigError,
-    },
+    #[error(transparent)]
+    DeviceConfig(#[from] DeviceConfigError),
     #[error(transparent)]
     NodeConfig(#[from] NodeConfigError),
     #[error(
         "operating mode {0:?} is not supported: use hami-core (or mps, served like hami-core); MIG is not implemented by hami-device-plugin-nvidia"
     )]
     OperatingMode(String),
-}
-
-/// Reads device-config.yaml, or the chart defaults when no file is given.
-pub fn load_device_config(path: Option<&Path>) -> Result<DeviceConfig, SettingsError> {
-    let Some(path) = path else {
-        return Ok(DeviceConfig::default());
-    };
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| SettingsError::ReadDeviceConfig {
-        path: shown.clone(),
-        source,
-    })?;
-    DeviceConfig::from_yaml(&text).map_err(|source| SettingsError::DeviceConfig {
-        path: shown,
-        source,
-    })
 }
 
 /// Everything that does not depend on the serving flags.
@@ -111,7 +88,7 @@ pub fn plugin_config(
             uuids: node.filter_uuids.clone(),
             indexes: node.filter_indexes.clone(),
         },
-        hami_core: HamiCoreSettings {
+        vgpu_hook: VgpuHookSettings {
             hook_path: args.hook_path.clone(),
             lib_cuda_log_level: node
                 .lib_cuda_log_level
@@ -159,8 +136,8 @@ mod tests {
         assert_eq!(c.socket_name, "nvidia-vgpu.sock");
         assert_eq!(c.split_count, 3);
         assert_eq!(c.memory_scaling, 2.0);
-        assert_eq!(c.hami_core.lib_cuda_log_level, "4");
-        assert!(c.hami_core.disable_core_limit);
+        assert_eq!(c.vgpu_hook.lib_cuda_log_level, "4");
+        assert!(c.vgpu_hook.disable_core_limit);
         assert_eq!(c.filter.indexes, [1]);
         assert!(!c.preferred_allocation);
         assert_eq!(c.operating_mode, "hami-core");
@@ -190,7 +167,7 @@ mod tests {
         a.config_file = Some(dir.path().join("missing.yaml"));
         assert!(matches!(
             load(&a, None),
-            Err(SettingsError::ReadDeviceConfig { .. })
+            Err(SettingsError::DeviceConfig(DeviceConfigError::Read { .. }))
         ));
 
         a.config_file = None;

@@ -116,12 +116,12 @@ pub fn usage_at(c: &FakeContainer, t: f64, blocked: bool) -> ImageProc {
         .enumerate()
         .map(|(i, d)| {
             let key = (&c.pod_uid, &c.name, i);
-            let limit = u64::from(d.usedmem) * MIB;
+            let limit = u64::from(d.mem_mib) * MIB;
             let total = (limit as f64 * (0.3 + 0.5 * wave(&key, t, 120.0))) as u64;
             let context = total.min(300 * MIB) / 2;
             let module = total.min(300 * MIB) / 4;
             let memory = ImageMemory::total(total, context, module, total - context - module);
-            let cap = if d.usedcores == 0 { 100 } else { d.usedcores };
+            let cap = if d.cores == 0 { 100 } else { d.cores };
             let util = if blocked {
                 0
             } else {
@@ -157,9 +157,7 @@ pub fn write_region(
             devices: c
                 .devices
                 .iter()
-                .map(|d| {
-                    ImageDevice::new(&d.uuid, u64::from(d.usedmem) * MIB, u64::from(d.usedcores))
-                })
+                .map(|d| ImageDevice::new(&d.uuid, u64::from(d.mem_mib) * MIB, u64::from(d.cores)))
                 .collect(),
             procs: vec![usage_at(c, t.as_secs_f64(), false)],
             utilization_switch: 1,
@@ -286,7 +284,7 @@ mod tests {
         let got = containers_of(&p);
         assert_eq!(got.len(), 1);
         assert_eq!((got[0].name.as_str(), got[0].priority), ("a", 0));
-        assert_eq!(got[0].devices[0].usedmem, 4000);
+        assert_eq!(got[0].devices[0].mem_mib, 4000);
         assert!(containers_of(&pod("Pending", ";GPU-1,NVIDIA,4000,30:;;")).is_empty());
         assert!(containers_of(&pod("Running", "garbage")).is_empty());
     }
@@ -301,8 +299,8 @@ mod tests {
                 idx: 0,
                 uuid: "GPU-1".into(),
                 dev_type: "NVIDIA".into(),
-                usedmem: 4000,
-                usedcores: 30,
+                mem_mib: 4000,
+                cores: 30,
             }],
             priority: 0,
         };

@@ -8,6 +8,7 @@ use std::time::Duration;
 use hami_device_plugin_nvidia::cli::{BackendArgs, BackendKind, ConfigArgs, ServeArgs};
 use hami_device_plugin_nvidia::fake::FakeBackend;
 use hami_device_plugin_nvidia::run::{plugin_config, serve};
+use hami_server::args::{AdminArgs, ClientArgs};
 use hami_testkit::ApiServer;
 use hami_testkit::kubelet::{Kubelet, KubeletOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -72,9 +73,9 @@ fn serve_args(dir: &Path, files: &Path) -> ServeArgs {
     ServeArgs {
         node_name: Some(NODE.into()),
         device_plugin_path: dir.to_path_buf(),
-        admin_address: "127.0.0.1:0".parse().unwrap(),
+        admin: AdminArgs::new("127.0.0.1:0".parse().unwrap()),
         register_interval: Duration::from_secs(30),
-        kubeconfig: None,
+        client: ClientArgs::default(),
         backend: BackendArgs {
             backend: BackendKind::Fake,
             fake_devices: Some(files.join("devices.yaml")),

@@ -98,7 +98,7 @@ async fn nvml_plugin_on_an_emulated_node_registers_allocates_and_stays_healthy()
         preferred_allocation: true,
         operating_mode: "hami-core".into(),
         filter: Default::default(),
-        hami_core: hami_device_plugin::HamiCoreSettings {
+        vgpu_hook: hami_device_plugin::VgpuHookSettings {
             hook_path: hook.path().to_path_buf(),
             lib_cuda_log_level: "1".into(),
             disable_core_limit: false,

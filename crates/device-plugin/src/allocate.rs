@@ -1,6 +1,6 @@
-//! HAMi's Allocate protocol (reference §5.5): turn the scheduler's decision, written in the
-//! pod's annotations, into the containers' environment and mounts, then record that the
-//! pod got its devices (bind phase, node lock).
+//! HAMi's Allocate protocol (`docs/protocol.md#allocate`): turn the scheduler's decision,
+//! written in the pod's annotations, into the containers' environment and mounts, then
+//! record that the pod got its devices (bind phase, node lock).
 
 use hami_core::annotations::BIND_PHASE;
 use hami_core::codec::{decode_pod_single_device, encode_pod_single_device};
@@ -11,9 +11,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, retry};
-use crate::hamicore::{ContainerGrant, ResponseError, container_response, control_disabled};
-use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, pod_key};
+use crate::libvgpu::{ContainerGrant, ResponseError, container_response, control_disabled};
+use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod};
 use crate::shared::Shared;
+use hami_core::pod::pod_name;
 
 /// Why an Allocate call failed; the text reaches the user through kubelet's
 /// `UnexpectedAdmissionError`.
@@ -110,7 +111,7 @@ pub(crate) async fn allocate(
 ) -> Result<AllocateResponse, AllocateError> {
     let _one_at_a_time = shared.allocate_lock.lock().await;
     let pod = find_pending_pod(&shared.kube, &shared.cfg).await?;
-    let key = pod_key(&pod);
+    let key = pod_name(&pod);
     match allocate_for(shared, &pod, request).await {
         Ok(response) => {
             shared.metrics.allocation(true);
@@ -131,7 +132,7 @@ async fn allocate_for(
     request: AllocateRequest,
 ) -> Result<AllocateResponse, AllocateError> {
     let cfg = &shared.cfg;
-    let key = pod_key(pod);
+    let key = pod_name(pod);
     let ann_key = cfg.vendor.to_allocate_annotation.as_str();
     let value = annotation(pod, ann_key).unwrap_or_default();
     let mut entries: PodSingleDevice =
@@ -227,7 +228,7 @@ async fn allocate_for(
             pod = %key,
             node = %cfg.node_name,
             container = %container.name,
-            gpus = %devices.iter().map(|d| format!("{}({}MiB,{}%)", d.uuid, d.usedmem, d.usedcores)).collect::<Vec<_>>().join(","),
+            gpus = %devices.iter().map(|d| format!("{}({}MiB,{}%)", d.uuid, d.mem_mib, d.cores)).collect::<Vec<_>>().join(","),
             "allocated"
         );
         response.container_responses.push(r);
@@ -306,7 +307,7 @@ async fn write(shared: &Shared, pod: &Pod, patch: &MetadataPatch) -> Result<(), 
     .await
     .map(|_| ())
     .map_err(|source| AllocateError::Record {
-        pod: pod_key(pod),
+        pod: pod_name(pod),
         source,
     })
 }
@@ -322,9 +323,9 @@ async fn release_lock(shared: &Shared, pod: &Pod) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     match hami_k8s::lock::release(&shared.kube, &shared.cfg.node_name, ns, name).await {
-        Ok(r) => tracing::debug!(pod = %pod_key(pod), result = ?r, "node lock release"),
+        Ok(r) => tracing::debug!(pod = %pod_name(pod), result = ?r, "node lock release"),
         Err(e) => {
-            tracing::warn!(pod = %pod_key(pod), error = %e, "cannot release the node lock; it expires on its own")
+            tracing::warn!(pod = %pod_name(pod), error = %e, "cannot release the node lock; it expires on its own")
         }
     }
 }
@@ -333,7 +334,7 @@ async fn release_lock(shared: &Shared, pod: &Pod) {
 async fn give_up(shared: &Shared, pod: &Pod, error: &AllocateError) {
     let patch = MetadataPatch::new().annotate(BIND_PHASE, PHASE_FAILED);
     if let Err(e) = write(shared, pod, &patch).await {
-        tracing::warn!(pod = %pod_key(pod), error = %e, "cannot mark the pod failed");
+        tracing::warn!(pod = %pod_name(pod), error = %e, "cannot mark the pod failed");
     }
     release_lock(shared, pod).await;
     if let Some(events) = &shared.events {
@@ -361,8 +362,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            usedmem: 1,
-            usedcores: 2,
+            mem_mib: 1,
+            cores: 2,
         }
     }
 

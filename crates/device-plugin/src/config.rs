@@ -49,9 +49,9 @@ impl DeviceFilter {
     }
 }
 
-/// What HAMi-core (`libvgpu.so`) needs in every container.
+/// What the vGPU hook, HAMi-core (`libvgpu.so`), needs in every container.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HamiCoreSettings {
+pub struct VgpuHookSettings {
     /// `HOOK_PATH`: host directory holding `vgpu/libvgpu.so`, `vgpu/ld.so.preload` and the
     /// per-container cache directories (`vgpu/containers/<podUID>_<container>`).
     pub hook_path: PathBuf,
@@ -87,10 +87,11 @@ pub struct PluginConfig {
     pub numa_topology: bool,
     /// Offer GetPreferredAllocation (answered by GetDevicePluginOptions and sent in Register).
     pub preferred_allocation: bool,
-    /// Device mode written into the register annotation (`hami-core`).
+    /// Device mode written into the register annotation (`hami-core`: shared through
+    /// HAMi-core, `libvgpu.so`).
     pub operating_mode: String,
     pub filter: DeviceFilter,
-    pub hami_core: HamiCoreSettings,
+    pub vgpu_hook: VgpuHookSettings,
     /// How often the register annotation is checked against the node.
     pub register_interval: Duration,
 }
@@ -177,7 +178,7 @@ pub(crate) fn test_config(node: &str, dir: &std::path::Path) -> PluginConfig {
         preferred_allocation: true,
         operating_mode: "hami-core".into(),
         filter: DeviceFilter::default(),
-        hami_core: HamiCoreSettings {
+        vgpu_hook: VgpuHookSettings {
             hook_path: "/usr/local".into(),
             lib_cuda_log_level: "1".into(),
             disable_core_limit: false,

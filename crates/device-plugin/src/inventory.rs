@@ -54,7 +54,7 @@ impl Inventory {
         }
     }
 
-    /// The register annotation's entries (reference §5.4).
+    /// The register annotation's entries (`docs/protocol.md#node-register`).
     pub fn register_info(&self, cfg: &PluginConfig) -> Vec<DeviceInfo> {
         self.devices
             .iter()
@@ -62,8 +62,8 @@ impl Inventory {
                 id: d.uuid.clone(),
                 index: d.index,
                 count: cfg.split_count,
-                devmem: registered_memory(d.memory_mib, cfg),
-                devcore: scaled(100.0, cfg.core_scaling),
+                mem_mib: registered_memory(d.memory_mib, cfg),
+                cores: scaled(100.0, cfg.core_scaling),
                 dev_type: d.model.clone(),
                 numa: d.numa.unwrap_or(0).max(0),
                 mode: cfg.operating_mode.clone(),
@@ -170,7 +170,7 @@ mod tests {
 
         cfg.preconfigured_memory = 2048;
         let inv = Inventory::new(vec![dev("GPU-z", 4, 0, None)], &cfg);
-        assert_eq!(inv.register_info(&cfg)[0].devmem, 2048);
+        assert_eq!(inv.register_info(&cfg)[0].mem_mib, 2048);
     }
 
     #[test]
@@ -190,8 +190,8 @@ mod tests {
         assert!(!inv.set_health("GPU-b", false));
         let info = inv.register_info(&cfg);
         assert_eq!(info[0].count, 10);
-        assert_eq!(info[0].devmem, 23040);
-        assert_eq!(info[0].devcore, 200);
+        assert_eq!(info[0].mem_mib, 23040);
+        assert_eq!(info[0].cores, 200);
         assert_eq!(info[0].numa, 0, "negative NUMA is 0");
         assert_eq!(info[0].mode, "hami-core");
         assert!(info[0].health && !info[1].health);

@@ -18,10 +18,11 @@
 //! - **Allocate** (`allocate`): finds the pod kubelet is admitting (node lock owner, else
 //!   the oldest pod on this node in bind-phase `allocating`), consumes the next non-empty
 //!   container entry of `hami.io/vgpu-devices-to-allocate` per container request, checks the
-//!   count, answers with HAMi-core's environment and mounts, rewrites the annotation, and
-//!   sets `bind-phase=success` + releases the node lock once the pod is fully allocated. Any
-//!   failure sets `bind-phase=failed`, releases the lock and returns an error that tells the
-//!   user what went wrong.
+//!   count, answers with the environment and mounts of the vGPU hook, HAMi-core
+//!   (`libvgpu.so`, [`libvgpu`]), rewrites the annotation, and sets `bind-phase=success` +
+//!   releases the node lock once the pod is fully allocated. Any failure sets
+//!   `bind-phase=failed`, releases the lock and returns an error that tells the user what
+//!   went wrong.
 //! - **GetPreferredAllocation**: replicas of the GPUs annotated for the pending pod.
 //!
 //! Deliberate differences from HAMi v2.10 (wire formats unchanged): the GPUs handed to a
@@ -36,9 +37,9 @@ mod allocate;
 pub mod backend;
 mod backoff;
 pub mod config;
-pub mod hamicore;
 pub mod health;
 pub mod inventory;
+pub mod libvgpu;
 mod lifecycle;
 pub mod metrics;
 pub mod pending;
@@ -54,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
 pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
-pub use config::{ConfigError, DeviceFilter, HamiCoreSettings, PluginConfig, VendorSpec};
+pub use config::{ConfigError, DeviceFilter, PluginConfig, VendorSpec, VgpuHookSettings};
 pub use inventory::Inventory;
 pub use lifecycle::LifecycleError;
 pub use metrics::Metrics;

@@ -3,6 +3,7 @@
 //! oldest pod bound here that the scheduler left in bind-phase `allocating`.
 
 use hami_core::annotations::{BIND_PHASE, BIND_TIME, VGPU_NODE};
+use hami_core::pod::pod_name;
 use hami_k8s::lock::CurrentError;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
@@ -31,15 +32,6 @@ impl LookupError {
     pub fn is_transient(&self) -> bool {
         !matches!(self, LookupError::NonePending { .. })
     }
-}
-
-/// `namespace/name` of a pod.
-pub fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// Why `pod` is not a pod the scheduler placed on `node` and left for this plugin, or
@@ -144,7 +136,7 @@ pub async fn find_pending_pod(
             let created = |p: &Pod| p.metadata.creation_timestamp.clone().map(|t| t.0);
             created(a)
                 .cmp(&created(b))
-                .then_with(|| pod_key(a).cmp(&pod_key(b)))
+                .then_with(|| pod_name(a).cmp(&pod_name(b)))
         })
         .ok_or_else(|| LookupError::NonePending { node: node.into() })
 }

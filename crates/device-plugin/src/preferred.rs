@@ -10,8 +10,9 @@ use hami_kubelet_api::v1beta1::{
 
 use crate::config::PluginConfig;
 use crate::inventory::Inventory;
-use crate::pending::{find_pending_pod, pod_key};
+use crate::pending::find_pending_pod;
 use crate::shared::Shared;
+use hami_core::pod::pod_name;
 
 /// Never fails: without a pending pod or a readable annotation, kubelet gets no preference
 /// and picks by itself.
@@ -36,7 +37,7 @@ pub(crate) async fn preferred(
             match decode_pod_single_device(value) {
                 Ok(all) => all.into_iter().filter(|e| !e.is_empty()).collect(),
                 Err(e) => {
-                    tracing::debug!(pod = %pod_key(&pod), error = %e, "no preference: unreadable annotation");
+                    tracing::debug!(pod = %pod_name(&pod), error = %e, "no preference: unreadable annotation");
                     Vec::new()
                 }
             }
@@ -117,8 +118,8 @@ mod tests {
             idx: 0,
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
-            usedmem: 1,
-            usedcores: 1,
+            mem_mib: 1,
+            cores: 1,
         }
     }
 

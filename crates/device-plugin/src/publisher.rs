@@ -1,13 +1,14 @@
 //! Keeps the node's register annotation equal to the inventory, and answers the scheduler's
 //! handshake when kubelet cannot vouch for us.
 //!
-//! Handshake decision (reference §2.6): HAMi's current plugin writes no handshake value and
-//! both schedulers treat a node whose `status.allocatable[<resource>]` is positive as alive,
-//! so while kubelet reports our devices we leave `hami.io/node-handshake` alone (answering
-//! there would only make HAMi's scheduler write a fresh `Requesting_` every round). When
-//! allocatable is 0 or missing (all devices unhealthy, kubelet not reporting yet, a test
-//! cluster without kubelet status) a pending `Requesting_<time>` is answered with
-//! `Reported <time>`, which both schedulers read as "the plugin is alive".
+//! Handshake decision (`docs/protocol.md#handshake`): HAMi's current plugin writes no
+//! handshake value and both schedulers treat a node whose `status.allocatable[<resource>]`
+//! is positive as alive, so while kubelet reports our devices we leave
+//! `hami.io/node-handshake` alone (answering there would only make HAMi's scheduler write a
+//! fresh `Requesting_` every round). When allocatable is 0 or missing (all devices
+//! unhealthy, kubelet not reporting yet, a test cluster without kubelet status) a pending
+//! `Requesting_<time>` is answered with `Reported <time>`, which both schedulers read as
+//! "the plugin is alive".
 //!
 //! On graceful shutdown every device is published unhealthy, so no scheduler sends pods to a
 //! node whose plugin is gone (kubelet would reject them); the next start publishes the real

@@ -69,7 +69,7 @@ async fn plugin_client(c: &Cluster) -> DevicePluginClient<tonic::transport::Chan
 }
 
 #[tokio::test]
-async fn single_container_gets_hami_core_env_and_mounts_then_the_pod_is_done() {
+async fn single_container_gets_libvgpu_env_and_mounts_then_the_pod_is_done() {
     let mut c = Cluster::start().await;
     c.ready(8).await;
     let pod = c
@@ -408,8 +408,8 @@ async fn config_switches_and_cuda_disable_control_shape_the_response() {
     let mut c = Cluster::start_with(
         |cfg| {
             cfg.memory_scaling = 2.0;
-            cfg.hami_core.disable_core_limit = true;
-            cfg.hami_core.lib_cuda_log_level = String::new();
+            cfg.vgpu_hook.disable_core_limit = true;
+            cfg.vgpu_hook.lib_cuda_log_level = String::new();
             cfg.preferred_allocation = false;
         },
         vec![gpu("GPU-a", 0, 1000, 0)],

@@ -93,7 +93,7 @@ async fn numa_topology_scaling_and_filter_come_from_the_config() {
     let devs = hami_core::codec::decode_node_register(&v).unwrap();
     assert_eq!(devs.len(), 2);
     assert_eq!(
-        (devs[0].count, devs[0].devmem, devs[0].devcore),
+        (devs[0].count, devs[0].mem_mib, devs[0].cores),
         (2, 2000, 50)
     );
 }

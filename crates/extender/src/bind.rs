@@ -1,12 +1,14 @@
 //! POST /bind: take the node lock, mark the pod `allocating`, create the Binding.
 //!
-//! Every early return gives back what was taken (design invariant 4): the node lock
-//! (unless this pod already held it before this call) and the reservation.
+//! Every early return gives back what was taken (invariant 4,
+//! `docs/architecture.md#invariants`): the node lock (unless this pod already held it
+//! before this call) and the reservation.
 
 use std::time::{Duration, Instant};
 
 use hami_core::annotations as keys;
 use hami_core::engine::PodPlan;
+use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::lock::{self, Acquired, LockError};
 use hami_k8s::patch::{MetadataPatch, is_not_found, patch_pod};
@@ -228,12 +230,7 @@ impl Extender {
 
     /// Waits for the pod's annotation write from /filter, if one is in flight.
     async fn await_write(&self, uid: &str, ns: &str, name: &str) -> Result<(), BindFailure> {
-        let pending = self
-            .writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(uid)
-            .cloned();
+        let pending = self.writes.lock_unpoisoned().get(uid).cloned();
         let Some(mut rx) = pending else {
             return Ok(());
         };
@@ -250,7 +247,7 @@ impl Extender {
         };
         if state != WriteState::Written {
             // Reported once; a new /filter starts a new write.
-            let mut writes = self.writes.lock().unwrap_or_else(|p| p.into_inner());
+            let mut writes = self.writes.lock_unpoisoned();
             if writes.get(uid).is_some_and(|r| r.same_channel(&rx)) {
                 writes.remove(uid);
             }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use hami_core::policy::{GpuPolicy, NodePolicy};
-use hami_server::flags::{parse_go_duration, parse_listen_addr};
-use hami_server::trace::LogFormat;
+use hami_server::args::{AdminArgs, ClientArgs, LogArgs, MetricsBindAddress};
+use hami_server::flags::{DURATION_HELP, parse_go_duration, parse_listen_addr};
 
 /// Default body limit: a nodeCacheCapable=false ExtenderArgs carries whole Node objects.
 pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
@@ -30,7 +30,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
         plugin stops reporting (node handshake, allocatable GPUs) stop receiving pods and \
         come back on their own. The admin address serves /livez, /readyz (ready once the \
         node and pod caches have synced) and /metrics.\n\n\
-        The API server is found the standard way: in-cluster config, else KUBECONFIG."
+        The API server is found the standard way: in-cluster config, else KUBECONFIG.",
+    after_help = DURATION_HELP
 )]
 pub struct Cli {
     /// Address of the extender endpoint (/filter, /bind).
@@ -52,12 +53,12 @@ pub struct Cli {
 
     /// Node policy when the pod sets none (hami.io/node-scheduler-policy):
     /// binpack (fill busy nodes), spread (prefer idle nodes) or frag (least fragmentation).
-    #[arg(long, env = "NODE_SCHEDULER_POLICY", default_value = "binpack", value_parser = parse_node_policy)]
+    #[arg(long, env = "NODE_SCHEDULER_POLICY", default_value = "binpack")]
     pub node_scheduler_policy: NodePolicy,
 
     /// GPU policy when the pod sets none (hami.io/gpu-scheduler-policy): binpack,
     /// spread, mutex, numa, topology-aware, frag, or a comma chain such as numa,binpack.
-    #[arg(long, env = "GPU_SCHEDULER_POLICY", default_value = "spread", value_parser = parse_gpu_policy)]
+    #[arg(long, env = "GPU_SCHEDULER_POLICY", default_value = "spread")]
     pub gpu_scheduler_policy: GpuPolicy,
 
     /// HAMi-compatible device-config.yaml (resource names, memoryFactor, defaults).
@@ -66,32 +67,31 @@ pub struct Cli {
     pub device_config_file: Option<PathBuf>,
 
     /// A node lock older than this is taken over (Go duration).
-    #[arg(long, env = "HAMI_NODELOCK_EXPIRE", default_value = "5m", value_parser = parse_go_duration)]
+    #[arg(long, env = "HAMI_NODELOCK_EXPIRE", default_value = "5m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_lock_timeout: Duration,
 
     /// How long /bind waits for a node locked by another pod before giving up (keep it
     /// under kube-scheduler's extender httpTimeout). 0 fails at once, as HAMi does.
-    #[arg(long, env = "NODE_LOCK_WAIT", default_value = "20s", value_parser = parse_go_duration)]
+    #[arg(long, env = "NODE_LOCK_WAIT", default_value = "20s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_lock_wait: Duration,
 
     /// A filtered pod that is still unbound after this long no longer holds its GPUs.
-    #[arg(long, env = "RESERVATION_TIMEOUT", default_value = "2m", value_parser = parse_go_duration)]
+    #[arg(long, env = "RESERVATION_TIMEOUT", default_value = "2m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub reservation_timeout: Duration,
 
-    /// Admin address: /livez, /readyz, /metrics (plain HTTP).
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":9395", value_parser = parse_listen_addr)]
-    pub metrics_bind_address: SocketAddr,
+    #[command(flatten)]
+    pub admin: AdminArgs<MetricsBindAddress>,
 
     /// Only nodes with these labels (`k=v,k2=v2`, any label selector) are considered.
     #[arg(long, env = "NODE_LABEL_SELECTOR")]
     pub node_label_selector: Option<String>,
 
     /// How often node registrations and handshakes are checked.
-    #[arg(long, env = "REGISTRY_INTERVAL", default_value = "15s", value_parser = parse_go_duration)]
+    #[arg(long, env = "REGISTRY_INTERVAL", default_value = "15s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub registry_interval: Duration,
 
     /// How long a node's device plugin has to answer a handshake request.
-    #[arg(long, env = "HANDSHAKE_TIMEOUT", default_value = "60s", value_parser = parse_go_duration)]
+    #[arg(long, env = "HANDSHAKE_TIMEOUT", default_value = "60s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub handshake_timeout: Duration,
 
     /// Follow kube-scheduler's leader election: only the replica whose kube-scheduler
@@ -112,9 +112,8 @@ pub struct Cli {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 
-    /// kubeconfig file; unset: in-cluster config, else KUBECONFIG / ~/.kube/config.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
@@ -130,28 +129,8 @@ pub struct Cli {
     #[arg(long, env = "PLACEMENT_THREADS", default_value_t = 0)]
     pub placement_threads: usize,
 
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-
-    /// Log filter in RUST_LOG syntax; RUST_LOG is used when unset.
-    #[arg(long, env = "LOG_LEVEL")]
-    pub log_level: Option<String>,
-}
-
-fn parse_node_policy(s: &str) -> Result<NodePolicy, String> {
-    match s.trim() {
-        "binpack" => Ok(NodePolicy::Binpack),
-        "spread" => Ok(NodePolicy::Spread),
-        "frag" => Ok(NodePolicy::Frag),
-        other => Err(format!(
-            "unknown node policy {other:?} (binpack, spread or frag)"
-        )),
-    }
-}
-
-fn parse_gpu_policy(s: &str) -> Result<GpuPolicy, String> {
-    GpuPolicy::parse_strict(s).map_err(|e| e.to_string())
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[cfg(test)]
@@ -188,7 +167,7 @@ mod tests {
         assert_eq!(cli.http_bind.port(), 443);
         assert_eq!(cli.node_scheduler_policy, NodePolicy::Spread);
         assert_eq!(cli.node_lock_timeout, Duration::from_secs(90));
-        assert_eq!(cli.metrics_bind_address.port(), 9395);
+        assert_eq!(cli.admin.address.port(), 9395);
         assert!(cli.leader_elect);
     }
 
@@ -200,5 +179,61 @@ mod tests {
         assert!(e.to_string().contains("bogus"), "{e}");
         assert!(Cli::try_parse_from(["x", "--cert_file=/a"]).is_err());
         assert!(Cli::try_parse_from(["x", "--node-lock-timeout=5"]).is_err());
+    }
+
+    #[test]
+    fn chart_rendered_args_parse() {
+        // What deploy/helm/hami-rs renders for the extender container with its defaults.
+        let cli = Cli::try_parse_from([
+            "hami-scheduler",
+            "--http_bind=127.0.0.1:8888",
+            "--scheduler-name=hami-scheduler",
+            "--node-scheduler-policy=binpack",
+            "--gpu-scheduler-policy=spread",
+            "--device-config-file=/device-config/device-config.yaml",
+            "--node-lock-timeout=5m",
+            "--metrics-bind-address=:9395",
+            "--node-label-selector=gpu=on",
+            "--leader-elect",
+            "--leader-elect-resource-name=hami-scheduler",
+            "--leader-elect-resource-namespace=kube-system",
+        ])
+        .unwrap();
+        assert_eq!(cli.http_bind, "127.0.0.1:8888".parse().unwrap());
+        assert_eq!(cli.node_scheduler_policy, NodePolicy::Binpack);
+        assert_eq!(cli.gpu_scheduler_policy.as_str(), "spread");
+        assert_eq!(
+            cli.device_config_file,
+            Some(PathBuf::from("/device-config/device-config.yaml"))
+        );
+        assert_eq!(cli.node_lock_timeout, Duration::from_secs(300));
+        assert_eq!(cli.admin.address, "0.0.0.0:9395".parse().unwrap());
+        assert_eq!(cli.leader_elect_resource_namespace, "kube-system");
+        assert_eq!(cli.client.kubeconfig, None);
+        assert_eq!(cli.log.log_level, None);
+    }
+
+    #[test]
+    fn policies_parse_with_core_rules() {
+        let cli = Cli::try_parse_from(["x", "--node-scheduler-policy=frag"]).unwrap();
+        assert_eq!(cli.node_scheduler_policy, NodePolicy::Frag);
+        let cli = Cli::try_parse_from(["x", "--gpu-scheduler-policy=frag"]).unwrap();
+        assert_eq!(cli.gpu_scheduler_policy.as_str(), "frag");
+        let e = Cli::try_parse_from(["x", "--gpu-scheduler-policy=numa,bogus"]).unwrap_err();
+        assert!(e.to_string().contains("topology-aware"), "{e}");
+    }
+
+    #[test]
+    fn help_states_the_duration_rule() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let help = Cli::command().render_long_help().to_string();
+        assert!(help.contains("--node-lock-timeout <DURATION>"), "{help}");
+        assert!(
+            help.contains("Only 0 may be written without a unit"),
+            "{help}"
+        );
+        let e = Cli::try_parse_from(["x", "--reservation-timeout=45"]).unwrap_err();
+        assert!(e.to_string().contains("for seconds write 45s"), "{e}");
     }
 }

@@ -13,6 +13,7 @@ use std::time::Instant;
 use hami_core::annotations as keys;
 use hami_core::engine::{PodPlan, allocation_annotations, place_reporting};
 use hami_core::fit::FitFailure;
+use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::patch::{MetadataPatch, patch_pod};
 use serde_json::json;
@@ -210,8 +211,7 @@ impl Extender {
         let (tx, rx) = watch::channel(WriteState::Pending);
         let previous = self
             .writes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .lock_unpoisoned()
             .insert(uid.to_string(), rx.clone());
         let node = node.to_string();
         let (client, metrics, state, writes, events) = (
@@ -238,10 +238,7 @@ impl Extender {
                 Err(e) => {
                     tracing::warn!(pod = %format!("{namespace}/{name}"), error = %e, "could not annotate the pod with its placement; reservation dropped");
                     metrics.error("filter", "annotate_failed");
-                    state
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .abandon(&uid, unix_now());
+                    state.lock_unpoisoned().abandon(&uid, unix_now());
                     WriteState::Failed(e.to_string())
                 }
             };
@@ -250,7 +247,7 @@ impl Extender {
             // Forget a finished write unless a newer one replaced it; a failure stays
             // for /bind to report.
             if written {
-                let mut writes = writes.lock().unwrap_or_else(|p| p.into_inner());
+                let mut writes = writes.lock_unpoisoned();
                 if writes.get(&uid).is_some_and(|r| r.same_channel(&rx)) {
                     writes.remove(&uid);
                 }

@@ -1,4 +1,5 @@
-//! Is a node's device plugin alive? (reference §2.6, without HAMi's flapping.)
+//! Is a node's device plugin alive? (`docs/protocol.md#handshake`, without
+//! HAMi's flapping.)
 //!
 //! The strongest signal is kubelet's: `status.allocatable[<count resource>] > 0` means the
 //! plugin is registered and advertises healthy devices. Without it (the plugin died,
@@ -8,7 +9,7 @@
 //!
 //! Unlike HAMi, an expired request is left in place rather than deleted: HAMi's delete
 //! makes the next round write a fresh request and treat the node as healthy again, so a
-//! node whose plugin is dead keeps receiving pods most of the time (§11.13). Here the
+//! node whose plugin is dead keeps receiving pods most of the time. Here the
 //! node stays out until the plugin proves it is back: a non-`Requesting` value, or
 //! allocatable devices.
 

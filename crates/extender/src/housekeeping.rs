@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::{EventType, Recorder, Subject};
 use hami_k8s::patch::{MetadataPatch, patch_node};
@@ -113,7 +114,7 @@ impl Registry {
     /// changes.
     fn round(&self, seen: &mut HashMap<(String, String), u64>) -> (Vec<Write>, Vec<Transition>) {
         let now = chrono::Local::now().naive_local();
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.state.lock_unpoisoned();
         let mut verdicts = Vec::new();
         let mut writes = Vec::new();
         for (name, entry) in st.nodes() {
@@ -186,10 +187,7 @@ pub async fn expire_reservations(
             _ = shutdown.cancelled() => return,
             _ = tick.tick() => {}
         }
-        let expired = state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .expire(unix_now());
+        let expired = state.lock_unpoisoned().expire(unix_now());
         for e in &expired {
             tracing::info!(
                 pod = %format!("{}/{}", e.namespace, e.name),

@@ -1,7 +1,7 @@
 //! Leader awareness: kube-scheduler elects a leader through a Lease; only the replica
 //! whose kube-scheduler holds it is called, and only it writes node handshakes
-//! (reference §4.8). The Lease is watched, and re-judged on a timer because a lease
-//! expires without any event.
+//! (`docs/protocol.md#leader-election`). The Lease is watched, and re-judged on a timer
+//! because a lease expires without any event.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,7 +11,7 @@ fn main() -> anyhow::Result<()> {
     // Ignored when already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    hami_server::trace::init_tracing(cli.log_format, cli.log_level.as_deref())?;
+    cli.log.init_tracing()?;
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let pick = |asked: usize, cap: usize| if asked == 0 { cpus.min(cap) } else { asked };
     rayon::ThreadPoolBuilder::new()

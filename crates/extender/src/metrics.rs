@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hami_core::sync::MutexExt;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -158,7 +159,7 @@ struct UsageCollector {
 
 impl UsageCollector {
     fn rows(&self) -> Vec<DeviceRow> {
-        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let state = self.state.lock_unpoisoned();
         let mut rows = Vec::new();
         for node in state.ledger().nodes() {
             for (vd, usage) in node.groups() {
@@ -168,10 +169,10 @@ impl UsageCollector {
                         uuid: d.id.clone(),
                         index: d.index.to_string(),
                         dev_type: d.dev_type.clone(),
-                        totalmem: u64::from(d.devmem),
-                        totalcore: u64::from(d.devcore),
-                        usedmem: u.usedmem,
-                        usedcores: u.usedcores,
+                        totalmem: u64::from(d.mem_mib),
+                        totalcore: u64::from(d.cores),
+                        usedmem: u.mem_used,
+                        usedcores: u.cores_used,
                         used: u64::from(u.used),
                     });
                 }

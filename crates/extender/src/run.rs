@@ -8,6 +8,7 @@ use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::device_config::load_device_config;
 use hami_server::{CancellationToken, TlsConfig, serve};
 use kube::Client;
 use prometheus_client::registry::Registry;
@@ -25,16 +26,8 @@ use crate::watch::{SyncTracker, watch_nodes, watch_pods};
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cannot read device config {path}: {source}")]
-    ReadConfig {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("device config {path}: {source}")]
-    Config {
-        path: String,
-        source: hami_core::config::ConfigError,
-    },
+    #[error(transparent)]
+    DeviceConfig(#[from] hami_server::device_config::DeviceConfigError),
     #[error("cannot listen on {address}: {source}")]
     Bind {
         address: String,
@@ -71,7 +64,7 @@ pub struct Service {
 impl Service {
     /// The flags' service, with listeners bound.
     pub async fn from_cli(cli: &Cli) -> Result<Self, RunError> {
-        let devices = load_device_config(cli)?;
+        let devices = load_device_config(cli.device_config_file.as_deref())?;
         let bind = |addr: std::net::SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -97,7 +90,7 @@ impl Service {
         });
         Ok(Service {
             listener: bind(cli.http_bind).await?,
-            admin_listener: bind(cli.metrics_bind_address).await?,
+            admin_listener: bind(cli.admin.address).await?,
             tls,
             devices,
             settings: Settings {
@@ -119,21 +112,6 @@ impl Service {
             dedicated_http_thread: true,
         })
     }
-}
-
-fn load_device_config(cli: &Cli) -> Result<DeviceConfig, RunError> {
-    let Some(path) = &cli.device_config_file else {
-        return Ok(DeviceConfig::default());
-    };
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| RunError::ReadConfig {
-        path: shown.clone(),
-        source,
-    })?;
-    DeviceConfig::from_yaml(&text).map_err(|source| RunError::Config {
-        path: shown,
-        source,
-    })
 }
 
 /// Runs the service against `client` until `shutdown`.
@@ -283,13 +261,13 @@ async fn serve_on_own_thread(
 /// Parses nothing, binds the flags' addresses, connects, and serves until `shutdown`.
 pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> {
     let svc = Service::from_cli(&cli).await?;
-    let client = hami_k8s::client::connect(cli.kubeconfig.as_deref()).await?;
+    let client = hami_k8s::client::connect(cli.client.kubeconfig.as_deref()).await?;
     tracing::info!(
         scheduler = %svc.settings.scheduler_name,
         node_policy = %svc.settings.defaults.node_policy,
         gpu_policy = %svc.settings.defaults.gpu_policy.as_str(),
         http = %cli.http_bind,
-        admin = %cli.metrics_bind_address,
+        admin = %cli.admin.address,
         leader_elect = cli.leader_elect,
         "hami-scheduler starting"
     );

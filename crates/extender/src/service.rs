@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use hami_core::engine::SchedulerDefaults;
+use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_server::body::read_request_bounded;
@@ -75,11 +76,7 @@ impl Extender {
         settings: Settings,
         node_changes: watch::Sender<u64>,
     ) -> Self {
-        let registry = state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .registry()
-            .clone();
+        let registry = state.lock_unpoisoned().registry().clone();
         Extender {
             state,
             registry,
@@ -95,7 +92,7 @@ impl Extender {
     }
 
     pub(crate) fn lock_state(&self) -> MutexGuard<'_, SchedState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Waits until the node and pod caches have synced, up to `sync_wait`.
@@ -116,7 +113,7 @@ impl Extender {
     }
 
     pub(crate) fn node_queue(&self, node: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut queues = self.queues.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queues = self.queues.lock_unpoisoned();
         // Drop queues nobody waits on, so the map stays as small as the set of busy nodes.
         if queues.len() > 1024 {
             queues.retain(|_, q| Arc::strong_count(q) > 1);

@@ -2,7 +2,7 @@
 //! and by the extender's own decisions. Pure (no I/O, no clock of its own: callers pass
 //! `now`), so the rules below are unit-tested without an API server.
 //!
-//! Which pods hold devices (design invariant 1):
+//! Which pods hold devices (invariant 1, `docs/architecture.md#invariants`):
 //! - a pod **bound** to the node its annotations name holds what `hami.io/vgpu-devices-allocated`
 //!   says until it terminates or is deleted (terminating pods still hold);
 //! - a pod this process **reserved** in /filter holds its devices at once, before the
@@ -353,8 +353,7 @@ impl SchedState {
         let Some(uid_str) = pod.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
             return out;
         };
-        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-        if matches!(phase, Some("Succeeded" | "Failed")) {
+        if hami_core::pod::is_terminal(pod) {
             self.delete_pod(uid_str);
             return out;
         }

@@ -5,6 +5,8 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use futures::{StreamExt, TryStreamExt};
+use hami_core::pod::pod_name;
+use hami_core::sync::MutexExt;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -31,12 +33,7 @@ impl SyncTracker {
     }
 
     fn update(&self) {
-        if self
-            .state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .synced()
-        {
+        if self.state.lock_unpoisoned().synced() {
             self.readiness.set_ready();
         }
     }
@@ -60,7 +57,7 @@ pub async fn watch_nodes(
     let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "node").await {
         {
-            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = state.lock_unpoisoned();
             match event {
                 Event::Init => listed.clear(),
                 Event::InitApply(n) => {
@@ -133,7 +130,7 @@ pub async fn watch_pods(
     let mut listed: HashSet<String> = HashSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "pod").await {
         let now = unix_now();
-        let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = state.lock_unpoisoned();
         match event {
             Event::Init => {
                 listed.clear();
@@ -188,12 +185,4 @@ fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
     if !applied.report.unknown_devices.is_empty() {
         tracing::warn!(pod = %pod_name(p), devices = ?applied.report.unknown_devices, "pod holds devices its node does not register");
     }
-}
-
-fn pod_name(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or_default(),
-        p.metadata.name.as_deref().unwrap_or_default()
-    )
 }

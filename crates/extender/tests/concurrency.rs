@@ -247,11 +247,11 @@ async fn bound_usage(c: &Cluster) -> Usage {
         );
         let devices = decode_pod_single_device(&a["hami.io/vgpu-devices-allocated"]).unwrap();
         for d in devices.iter().flatten() {
-            *u.mem.entry(d.uuid.clone()).or_default() += u64::from(d.usedmem);
-            *u.cores.entry(d.uuid.clone()).or_default() += u64::from(d.usedcores);
+            *u.mem.entry(d.uuid.clone()).or_default() += u64::from(d.mem_mib);
+            *u.cores.entry(d.uuid.clone()).or_default() += u64::from(d.cores);
             let s = u.slots.entry(d.uuid.clone()).or_default();
             s.0 += 1;
-            s.1 |= d.usedcores == 100;
+            s.1 |= d.cores == 100;
         }
     }
     u

@@ -24,8 +24,8 @@ fn gpu(id: &str, index: u32) -> DeviceInfo {
         id: id.into(),
         index,
         count: 10,
-        devmem: 16_000,
-        devcore: 100,
+        mem_mib: 16_000,
+        cores: 100,
         dev_type: "NVIDIA-A100".into(),
         numa: 0,
         mode: "hami-core".into(),
@@ -83,7 +83,7 @@ fn plain_pod(uid: &str) -> Pod {
 fn used_mem(st: &SchedState, node: &str) -> u64 {
     st.ledger()
         .usage(node)
-        .map_or(0, |u| u.iter().flatten().map(|d| d.usedmem).sum())
+        .map_or(0, |u| u.iter().flatten().map(|d| d.mem_used).sum())
 }
 
 /// Reserves `mem` MiB of `node`'s first GPU for `uid` the way /filter does.
@@ -100,8 +100,8 @@ fn reserve(
             idx: 0,
             uuid: format!("{node}-g0"),
             dev_type: "NVIDIA".into(),
-            usedmem: mem,
-            usedcores: 10,
+            mem_mib: mem,
+            cores: 10,
         }]],
     )]);
     let annotations = pod(uid, node, mem, None, now).metadata.annotations.unwrap();

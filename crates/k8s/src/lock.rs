@@ -1,6 +1,7 @@
-//! HAMi's node lock (reference §2.7): annotation `hami.io/mutex.lock` on the node, value
-//! `<RFC3339>,<namespace>,<pod>`, taken by the scheduler at Bind and released by the device
-//! plugin once the pod's devices are allocated (or by the scheduler when Bind fails).
+//! HAMi's node lock (`docs/protocol.md#node-lock`): annotation `hami.io/mutex.lock` on the
+//! node, value `<RFC3339>,<namespace>,<pod>`, taken by the scheduler at Bind and released
+//! by the device plugin once the pod's devices are allocated (or by the scheduler when Bind
+//! fails).
 //!
 //! Every write carries the node's resourceVersion, so two lockers racing for one node
 //! cannot both win: the loser gets 409, re-reads and sees the winner. A lock is taken over
@@ -302,14 +303,13 @@ fn owner_done(pod: &Pod, node: &str) -> bool {
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
         .is_some_and(|n| !n.is_empty() && n != node);
-    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     let bind_phase = pod
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(BIND_PHASE))
         .map(String::as_str);
-    matches!(phase, Some("Succeeded" | "Failed"))
+    hami_core::pod::is_terminal(pod)
         || matches!(bind_phase, Some("success" | "failed"))
         || pod.metadata.deletion_timestamp.is_some()
         || bound_elsewhere

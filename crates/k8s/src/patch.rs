@@ -1,5 +1,5 @@
 //! JSON merge patches of object metadata: every write HAMi's protocol makes to pods and
-//! nodes is one (reference §2.1).
+//! nodes is one (`docs/protocol.md`).
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;

@@ -2,14 +2,13 @@
 //! `--legacy-metrics`, `HOOK_PATH`, `NODE_NAME`, `HAMI_RESYNC_INTERVAL`, `KUBECONFIG`),
 //! plus hami-rs settings; every flag also reads an environment variable.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
 use hami_device_plugin_nvidia::cli::BackendArgs;
-use hami_server::flags::{parse_go_duration, parse_listen_addr};
-use hami_server::trace::LogFormat;
+use hami_server::args::{AdminArgs, ClientArgs, LogArgs, MonitorMetricsBindAddress};
+use hami_server::flags::{DURATION_HELP, parse_go_duration};
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -29,7 +28,8 @@ use hami_server::trace::LogFormat;
         its launches held back until that task is idle. Directories of pods that left the \
         node are removed once older than the resync interval. Nothing is scanned or written \
         while the MIG apply lock file exists.\n\n\
-        The API server is found the standard way: in-cluster config, else KUBECONFIG."
+        The API server is found the standard way: in-cluster config, else KUBECONFIG.",
+    after_help = DURATION_HELP
 )]
 pub struct Cli {
     /// This node's name (from the downward API).
@@ -41,9 +41,9 @@ pub struct Cli {
     #[arg(long, env = "HOOK_PATH")]
     pub hook_path: PathBuf,
 
-    /// Address of /metrics (and /livez, /readyz).
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = ":9394", value_parser = parse_listen_addr)]
-    pub metrics_bind_address: SocketAddr,
+    /// `--metrics-bind-address`: /metrics, /livez, /readyz.
+    #[command(flatten)]
+    pub metrics: AdminArgs<MonitorMetricsBindAddress>,
 
     /// Also export HAMi's old metric names (HostGPUMemoryUsage, vGPU_device_memory_usage_in_bytes, ...).
     #[arg(long, env = "LEGACY_METRICS", default_value_t = false, num_args = 0..=1,
@@ -52,15 +52,15 @@ pub struct Cli {
 
     /// A container directory whose pod is no longer on this node is removed once its
     /// modification time is older than this (Go duration).
-    #[arg(long, env = "HAMI_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_go_duration)]
+    #[arg(long, env = "HAMI_RESYNC_INTERVAL", default_value = "5m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub resync_interval: Duration,
 
     /// How often the container directories are read.
-    #[arg(long, env = "SCAN_INTERVAL", default_value = "5s", value_parser = parse_go_duration)]
+    #[arg(long, env = "SCAN_INTERVAL", default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub scan_interval: Duration,
 
     /// How often the priority feedback runs.
-    #[arg(long, env = "FEEDBACK_INTERVAL", default_value = "5s", value_parser = parse_go_duration)]
+    #[arg(long, env = "FEEDBACK_INTERVAL", default_value = "5s", value_parser = parse_go_duration, value_name = "DURATION")]
     pub feedback_interval: Duration,
 
     /// Run the priority feedback (the only write into the cache files).
@@ -77,20 +77,14 @@ pub struct Cli {
     )]
     pub mig_apply_lock: PathBuf,
 
-    /// kubeconfig file; unset: in-cluster config, else KUBECONFIG / ~/.kube/config.
-    #[arg(long, env = "KUBECONFIG")]
-    pub kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    pub client: ClientArgs,
 
     #[command(flatten)]
     pub backend: BackendArgs,
 
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-
-    /// Log filter in RUST_LOG syntax; RUST_LOG is used when unset.
-    #[arg(long, env = "LOG_LEVEL")]
-    pub log_level: Option<String>,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[cfg(test)]
@@ -103,7 +97,7 @@ mod tests {
         Cli::command().debug_assert();
         let cli = Cli::try_parse_from(["m", "--node-name", "n1", "--hook-path", "/usr/local/vgpu"])
             .unwrap();
-        assert_eq!(cli.metrics_bind_address.port(), 9394);
+        assert_eq!(cli.metrics.address.port(), 9394);
         assert_eq!(cli.resync_interval, Duration::from_secs(300));
         assert_eq!(cli.scan_interval, Duration::from_secs(5));
         assert!(!cli.legacy_metrics && cli.feedback);

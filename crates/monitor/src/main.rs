@@ -6,7 +6,7 @@ fn main() -> anyhow::Result<()> {
     // Ignored when already installed.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    hami_server::trace::init_tracing(cli.log_format, cli.log_level.as_deref())?;
+    cli.log.init_tracing()?;
     hami_vgpu_monitor::run::raise_open_file_limit();
     // One thread for the watch, the timers and /metrics; scans and feedback rounds run on
     // a small blocking pool. A node agent should stay small.

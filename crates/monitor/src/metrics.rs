@@ -2,6 +2,7 @@
 //! scrape time from the last scan, with the constant label `zone="vGPU"` HAMi's monitor
 //! adds to all but `hami_build_info`. `--legacy-metrics` adds HAMi's pre-2.8 names.
 
+use hami_core::sync::RwLockExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hami_core::shared_region::DeviceUsage;
@@ -408,7 +409,7 @@ impl MonitorCollector {
     }
 
     fn encode_mig(&self, encoder: &mut DescriptorEncoder) -> Encoded {
-        let pods = self.pods.read().unwrap_or_else(|p| p.into_inner());
+        let pods = self.pods.read_unpoisoned();
         let mut rows = Vec::new();
         for (_, pod) in pods.iter() {
             for a in &pod.mig {

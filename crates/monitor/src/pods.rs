@@ -2,6 +2,7 @@
 //! namespace, pod and container labels, tells which directories belong to pods that are
 //! gone, and carries the MIG identities for `hami_mig_device_info`.
 
+use hami_core::sync::RwLockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -160,7 +161,7 @@ pub async fn watch_pods(
     let config = watcher::Config::default().fields(&format!("spec.nodeName={node}"));
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listing: Option<HashMap<String, Arc<PodInfo>>> = None;
-    if !pods.read().unwrap_or_else(|p| p.into_inner()).synced() {
+    if !pods.read_unpoisoned().synced() {
         readiness.set_component(
             COMPONENT,
             Err(format!("pods of node {node} not listed yet")),
@@ -179,7 +180,7 @@ pub async fn watch_pods(
                 continue;
             }
         };
-        let mut index = pods.write().unwrap_or_else(|p| p.into_inner());
+        let mut index = pods.write_unpoisoned();
         match event {
             Event::Init => listing = Some(HashMap::new()),
             Event::InitApply(pod) => {

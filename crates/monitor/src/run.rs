@@ -2,6 +2,7 @@
 //! supervised (restarted with backoff, `/readyz` saying why while it is down; the
 //! process exits non-zero when one keeps failing).
 
+use hami_core::sync::RwLockExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -213,7 +214,7 @@ async fn scan_loop(
             let started = Instant::now();
             let mut containers = Vec::new();
             let (stats, synced) = {
-                let index = p.read().unwrap_or_else(|e| e.into_inner());
+                let index = p.read_unpoisoned();
                 (sc.scan(&index, &mut containers), index.synced())
             };
             let gpus = match a.activity() {
@@ -340,11 +341,11 @@ pub fn raise_open_file_limit() {
 pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> {
     let settings = Settings::from_cli(&cli);
     let selected = hami_device_plugin_nvidia::backends::Selected::build(&cli.backend)?;
-    let client = hami_k8s::client::connect(cli.kubeconfig.as_deref()).await?;
-    let listener =
-        std::net::TcpListener::bind(cli.metrics_bind_address).map_err(|source| RunError::Bind {
-            address: cli.metrics_bind_address.to_string(),
-            source,
-        })?;
+    let client = hami_k8s::client::connect(cli.client.kubeconfig.as_deref()).await?;
+    let address = cli.metrics.address;
+    let listener = std::net::TcpListener::bind(address).map_err(|source| RunError::Bind {
+        address: address.to_string(),
+        source,
+    })?;
     serve(settings, selected.activity(), client, listener, shutdown).await
 }

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
+use hami_core::sync::RwLockExt;
 use hyper::StatusCode;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -44,21 +45,17 @@ impl Readiness {
         Readiness(Arc::new(RwLock::new(ReadyState::default())))
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, ReadyState> {
-        self.0.write().unwrap_or_else(|p| p.into_inner())
-    }
-
     pub fn set_ready(&self) {
-        self.write().main = None;
+        self.0.write_unpoisoned().main = None;
     }
 
     pub fn set_not_ready(&self, reason: impl Into<String>) {
-        self.write().main = Some(reason.into());
+        self.0.write_unpoisoned().main = Some(reason.into());
     }
 
     /// Sets (`Err`) or clears (`Ok`) the reason `component` holds against readiness.
     pub fn set_component(&self, component: &str, state: Result<(), String>) {
-        let mut s = self.write();
+        let mut s = self.0.write_unpoisoned();
         match state {
             Ok(()) => {
                 s.components.remove(component);
@@ -71,7 +68,7 @@ impl Readiness {
 
     /// `Ok` when ready, else every reason (the main one first).
     pub fn check(&self) -> Result<(), String> {
-        let s = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let s = self.0.read_unpoisoned();
         let reasons: Vec<String> = s
             .main
             .iter()

@@ -1,13 +1,27 @@
 //! Flag value parsers shared by the binaries, in the forms HAMi's Go flags take, so the
-//! same chart values and command lines work for both.
+//! same chart values and command lines work for both. The flag groups built on them
+//! are in [`crate::args`].
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+/// How a duration flag is written, for `--help` (see [`parse_go_duration`]).
+pub const DURATION_HELP: &str = "DURATION values are Go durations: numbers each followed by a \
+    unit (ns, us, ms, s, m, h), e.g. 300ms, 30s, 5m, 1h30m, 1.5s. Only 0 may be written \
+    without a unit; a bare number such as 45 is refused (write 45s).";
+
 /// Parses a Go duration (`time.ParseDuration`): a sequence of decimal numbers, each with
 /// an optional fraction and a unit (`ns`, `us`, `µs`, `ms`, `s`, `m`, `h`), e.g. `300ms`,
-/// `5m`, `1h30m`, `1.5s`; `0` alone is allowed. Negative durations are refused: no flag
-/// here means anything by them.
+/// `5m`, `1h30m`, `1.5s`. Surrounding whitespace is ignored.
+///
+/// Bare numbers: only `0` is accepted without a unit, as in Go. Any other bare number
+/// (`5`, `45`) is refused with an error that suggests the seconds form, because its
+/// meaning is ambiguous: HAMi's scheduler refuses it (`--node-lock-timeout` and
+/// `HAMI_NODELOCK_EXPIRE` go through `time.ParseDuration`), Go's own `time.Duration(45)`
+/// is 45 nanoseconds, and other tools read seconds. Every duration the Helm chart
+/// renders carries a unit (its schema requires one), so the chart is unaffected.
+///
+/// Negative durations are refused: no flag here means anything by them.
 pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     let s = text.trim();
     let err =
@@ -22,12 +36,17 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
         return Err(err("must not be negative"));
     }
     let s = s.strip_prefix('+').unwrap_or(s);
+    if s.bytes().all(|b| b.is_ascii_digit() || b == b'.') && s.parse::<f64>().is_ok() {
+        return Err(err(&format!(
+            "missing unit; only 0 may be written without one (for seconds write {s}s)"
+        )));
+    }
     let mut total = 0f64;
     let mut rest = s;
     while !rest.is_empty() {
         let num_len = rest
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| err("missing unit"))?;
+            .ok_or_else(|| err(&format!("missing unit after {rest:?}")))?;
         if num_len == 0 {
             return Err(err("expected a number"));
         }
@@ -43,7 +62,11 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
-            other => return Err(err(&format!("unknown unit {other:?}"))),
+            other => {
+                return Err(err(&format!(
+                    "unknown unit {other:?} (use ns, us, ms, s, m or h)"
+                )));
+            }
         };
         total += number * scale;
         rest = &rest[unit_len..];
@@ -87,6 +110,67 @@ mod tests {
             assert!(parse_go_duration(bad).is_err(), "{bad}");
         }
         assert!(parse_go_duration("5").unwrap_err().contains("missing unit"));
+    }
+
+    #[test]
+    fn every_go_form_the_binaries_and_the_chart_use() {
+        let ok = [
+            ("10s", Duration::from_secs(10)),
+            ("60s", Duration::from_secs(60)),
+            ("30s", Duration::from_secs(30)),
+            ("2m", Duration::from_secs(120)),
+            ("15s", Duration::from_secs(15)),
+            ("20s", Duration::from_secs(20)),
+            ("1m30s", Duration::from_secs(90)),
+            ("250ms", Duration::from_millis(250)),
+            ("1.5h", Duration::from_secs(5400)),
+            (".5s", Duration::from_millis(500)),
+            ("5.s", Duration::from_secs(5)),
+            ("+5s", Duration::from_secs(5)),
+            (" 5m ", Duration::from_secs(300)),
+            ("1h2m3s4ms", Duration::from_millis(3_723_004)),
+            ("7ns", Duration::from_nanos(7)),
+            ("3µs", Duration::from_micros(3)),
+            ("3μs", Duration::from_micros(3)),
+        ];
+        for (text, want) in ok {
+            assert_eq!(parse_go_duration(text), Ok(want), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_say_what_is_wrong() {
+        let cases = [
+            (
+                "45",
+                "missing unit; only 0 may be written without one (for seconds write 45s)",
+            ),
+            ("1.5", "for seconds write 1.5s"),
+            ("5m3", "missing unit after \"3\""),
+            ("3d", "unknown unit \"d\" (use ns, us, ms, s, m or h)"),
+            ("", "empty"),
+            ("  ", "empty"),
+            ("-1s", "must not be negative"),
+            ("-0", "must not be negative"),
+            ("s", "expected a number"),
+            (".s", "bad number"),
+            ("1..2s", "bad number"),
+            ("1e3s", "unknown unit \"e\""),
+        ];
+        for (text, why) in cases {
+            let e = parse_go_duration(text).unwrap_err();
+            assert!(
+                e.starts_with(&format!("invalid duration {text:?}: ")),
+                "{e}"
+            );
+            assert!(e.contains(why), "{text:?}: {e}");
+            assert!(e.ends_with("(examples: 300ms, 30s, 5m, 1h30m)"), "{e}");
+        }
+        assert!(
+            parse_go_duration("99999999999999999h")
+                .unwrap_err()
+                .contains("out of range")
+        );
     }
 
     #[test]

@@ -5,7 +5,9 @@
 //!   change (cert-manager and Secret volume rotation), with graceful shutdown driven by
 //!   a [`CancellationToken`].
 //! - [`body::read_bounded`]: request bodies read up to a limit (413 past it).
-//! - [`flags`]: Go-style duration and listen-address flag values.
+//! - [`flags`]: Go-style duration and listen-address flag values; [`args`]: the flag
+//!   groups every binary flattens (logging, admin listener, Kubernetes client).
+//! - [`device_config`]: HAMi's `device-config.yaml` read from a file, for every binary.
 //! - [`respond`]: small JSON/text response helpers.
 //! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
 //! - [`trace::init_tracing`]: text or JSON logs.
@@ -14,7 +16,9 @@
 //!   showing why one is down, giving up (and exiting) when one keeps failing.
 
 pub mod admin;
+pub mod args;
 pub mod body;
+pub mod device_config;
 pub mod flags;
 pub mod respond;
 pub mod serve;

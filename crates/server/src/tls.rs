@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use hami_core::sync::MutexExt;
 use rustls::crypto::CryptoProvider;
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
@@ -228,7 +229,7 @@ impl ReloadingCertResolver {
 
     /// The pair in use now, after checking the files.
     pub fn current(&self) -> Arc<CertifiedKey> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let mut state = self.state.lock_unpoisoned();
         self.refresh(&mut state);
         state.current.clone()
     }

@@ -1,17 +1,13 @@
 //! Wall time of one run (seed 42, default trace) per policy.
 //! `cargo bench -p hami-sim` (release profile).
 
-use std::path::PathBuf;
 use std::time::Instant;
 
+use hami_sim::data::openb;
+
 fn main() -> anyhow::Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/openb");
-    let nodes = root.join("openb_node_list_gpu_node.csv");
-    let pods = root.join("openb_pod_list_default.csv");
-    if !nodes.exists() {
-        println!("skipping: {} not found", nodes.display());
-        return Ok(());
-    }
+    let nodes = openb("openb_node_list_gpu_node.csv.gz");
+    let pods = openb("openb_pod_list_default.csv.gz");
     let exp = hami_sim::Experiment::load(&nodes, &pods)?;
     println!("{:<14} {:>10} {:>14}", "policy", "wall ms", "unalloc@100 %");
     for policy in hami_sim::policy::POLICY_NAMES {

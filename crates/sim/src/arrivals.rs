@@ -1,4 +1,4 @@
-//! The seeded arrival stream of fgd-method §6.3: shuffle the trace, then add
+//! The seeded arrival stream of `docs/simulator.md#arrival-stream`: shuffle the trace, then add
 //! tasks sampled with replacement (or remove random ones) until the total GPU
 //! request reaches `tune` × capacity; plus the per-seed node tie-break ranks.
 //!

@@ -2,7 +2,7 @@
 //! [`SimulateArgs`] and prints whatever [`run_simulate`] returns.
 
 use std::fmt::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rayon::prelude::*;
@@ -23,10 +23,10 @@ pub enum OutputFormat {
 /// Replay a GPU trace against the placement policies (FGD paper methodology).
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// Node list CSV (sn, cpu_milli, memory_mib, gpu, model).
+    /// Node list CSV (sn, cpu_milli, memory_mib, gpu, model); `.csv.gz` is read as gzip.
     #[arg(long, value_name = "CSV", required_unless_present = "list_policies")]
     pub nodes: Option<PathBuf>,
-    /// Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec]).
+    /// Pod list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec]); `.csv.gz` is read as gzip.
     #[arg(long, value_name = "CSV", required_unless_present = "list_policies")]
     pub pods: Option<PathBuf>,
     /// Policy name, a comma list, or `all` (see --list-policies).
@@ -59,6 +59,20 @@ pub struct SimulateArgs {
     /// Worker threads across runs (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
+}
+
+/// The trace's name for reports: the pod list's file stem, with `x.csv` and
+/// `x.csv.gz` naming the same trace.
+fn trace_name(pods: &Path) -> String {
+    let plain = if pods.extension().is_some_and(|e| e == "gz") {
+        pods.with_extension("")
+    } else {
+        pods.to_path_buf()
+    };
+    plain.file_stem().map_or_else(
+        || pods.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
+    )
 }
 
 /// Parses `A..B` (inclusive) or `a,b,c`.
@@ -131,7 +145,7 @@ struct PolicyJson {
     median_curve: Vec<Option<f64>>,
 }
 
-/// Curve points shown in text output (fgd-method §6.6).
+/// Curve points shown in text output (`docs/simulator.md#events-and-curves`).
 pub const CURVE_POINTS: &[usize] = &[85, 90, 92, 94, 95, 96, 100, 110, 120, 130];
 
 fn r2(x: f64) -> f64 {
@@ -165,10 +179,7 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
     } else {
         seeds
     };
-    let trace = pods.file_stem().map_or_else(
-        || pods.display().to_string(),
-        |s| s.to_string_lossy().into_owned(),
-    );
+    let trace = trace_name(pods);
 
     let jobs: Vec<(String, u64)> = policies
         .iter()

@@ -1,4 +1,4 @@
-//! Cluster state, feasibility filter and bookkeeping (fgd-method §6.4).
+//! Cluster state, feasibility filter and bookkeeping (`docs/simulator.md#placement`).
 
 use crate::Task;
 use crate::frag::NodeView;
@@ -80,8 +80,8 @@ impl NodeState {
         self.gpu_free[g] >= milli && self.gpu_tasks[g] < slots
     }
 
-    /// Feasible(n, p) of §6.4, plus HAMi's per-GPU slot cap (non-binding at
-    /// the default of 20 because the smallest share is 50 milli).
+    /// The feasibility test of `docs/simulator.md#placement`, plus HAMi's per-GPU slot cap
+    /// (non-binding at the default of 20 because the smallest share is 50 milli).
     pub fn feasible(&self, task: &Task, slots: u16) -> bool {
         if self.cpu_free < task.cpu || self.mem_free < task.mem {
             return false;

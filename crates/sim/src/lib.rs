@@ -9,9 +9,9 @@
 pub mod arrivals;
 pub mod cli;
 pub mod cluster;
+pub mod data;
 pub mod error;
-/// The fragmentation core lives in hami-core so the live scheduler shares it.
-pub use hami_core::frag;
+pub mod frag;
 pub mod metrics;
 pub mod policy;
 pub mod runner;
@@ -57,7 +57,7 @@ impl Experiment {
         let mut models = ModelTable::default();
         let nodes = trace::load_nodes(nodes, &mut models)?;
         let pods = trace::load_pods(pods, &mut models)?;
-        let workload = TypicalWorkload::from_tasks(
+        let workload = frag::typical_workload(
             pods.iter().map(|p| (p.class_key(), p.memory_mib)),
             TYPICAL_COVERAGE_PCT,
         );
@@ -73,7 +73,7 @@ impl Experiment {
         self.nodes.iter().map(|n| i64::from(n.gpus)).sum::<i64>() * 1000
     }
 
-    /// One sampled run (§6.3) of `policy` with `seed`.
+    /// One sampled run (`docs/simulator.md#arrival-stream`) of `policy` with `seed`.
     pub fn run_seed(
         &self,
         policy: &str,

@@ -1,4 +1,4 @@
-//! Binning of per-event records into the paper's curves (§2.5 / §6.5).
+//! Binning of per-event records into the paper's curves (`docs/simulator.md#events-and-curves`).
 
 use crate::runner::Event;
 

@@ -9,7 +9,7 @@ use crate::frag::{FragMemo, TypicalWorkload};
 use crate::policy::{Placement, Policy};
 use crate::trace::NodeRecord;
 
-/// State after one arrival (§6.5); all GPU quantities in milli.
+/// State after one arrival (`docs/simulator.md#events-and-curves`); all GPU quantities in milli.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Event {
     /// Cumulative requested GPU, failed tasks included.

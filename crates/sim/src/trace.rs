@@ -1,6 +1,8 @@
-//! Loading the openb node and pod CSVs and normalising pods (fgd-method §6.1).
+//! Loading the openb node and pod CSVs and normalising pods
+//! (`docs/simulator.md#inputs-and-normalisation`).
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::SimError;
@@ -61,7 +63,7 @@ impl PodRecord {
         i64::from(self.num_gpu) * i64::from(self.gpu_milli)
     }
 
-    /// The task's typical-workload key (§3.1).
+    /// The task's typical-workload key (`docs/simulator.md#typical-workload`).
     pub fn class_key(&self) -> ClassKey {
         ClassKey {
             cpu_milli: self.cpu_milli,
@@ -70,6 +72,25 @@ impl PodRecord {
             spec: self.spec.clone(),
             models: self.models,
         }
+    }
+}
+
+/// Reads a whole text file; a name ending in `.gz` is gunzipped on the way, so
+/// the compressed traces under `data/` load as they are.
+pub fn read_text(path: &Path) -> Result<String, SimError> {
+    let io = |source| SimError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.extension().is_some_and(|e| e == "gz") {
+        let file = std::fs::File::open(path).map_err(io)?;
+        let mut text = String::new();
+        flate2::read::MultiGzDecoder::new(std::io::BufReader::new(file))
+            .read_to_string(&mut text)
+            .map_err(io)?;
+        Ok(text)
+    } else {
+        std::fs::read_to_string(path).map_err(io)
     }
 }
 
@@ -83,10 +104,7 @@ struct Csv {
 
 impl Csv {
     fn read(path: &Path) -> Result<Self, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|source| SimError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_text(path)?;
         let mut lines = text.lines().enumerate();
         let header_line = loop {
             match lines.next() {
@@ -210,7 +228,7 @@ pub fn load_nodes(path: &Path, models: &mut ModelTable) -> Result<Vec<NodeRecord
     Ok(nodes)
 }
 
-/// Normalises one pod row (§6.1).
+/// Normalises one pod row (`docs/simulator.md#inputs-and-normalisation`).
 #[allow(clippy::too_many_arguments)]
 fn normalise_pod(
     name: &str,

@@ -3,18 +3,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
 
-use std::path::PathBuf;
-
 use hami_sim::Experiment;
 use hami_sim::arrivals::sample_arrivals;
+use hami_sim::data::openb;
 
 fn experiment() -> Experiment {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/openb");
     Experiment::load(
-        &p.join("openb_node_list_gpu_node.csv"),
-        &p.join("openb_pod_list_default.csv"),
+        &openb("openb_node_list_gpu_node.csv.gz"),
+        &openb("openb_pod_list_default.csv.gz"),
     )
-    .expect("the openb trace under ../shared/openb")
+    .expect("the openb trace under data/openb")
 }
 
 /// The first `n` arrivals of seed 42 (debug builds are slow; the prefix still fills

@@ -1,36 +1,23 @@
 //! Exact replay against the paper simulator's seed-42 decisions
-//! (`shared/fgd-golden`, fgd-method §6.7).
+//! (`data/fgd-golden`, `docs/simulator.md#validation-against-the-papers-simulator`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
 
-use std::path::PathBuf;
-
+use hami_sim::data::{fgd_golden, openb};
 use hami_sim::policy::Placement;
 use hami_sim::trace::load_decisions;
 use hami_sim::{Experiment, SeedRun};
 
-fn shared() -> PathBuf {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-    assert!(
-        p.join("fgd-golden/seed42_arrivals.csv").exists()
-            && p.join("openb/openb_pod_list_default.csv").exists(),
-        "golden data not found under {}: the repository expects ../shared (openb/ and fgd-golden/) beside it",
-        p.display()
-    );
-    p
-}
-
 fn replay(policy: &str) -> (Experiment, SeedRun) {
-    let s = shared();
     let mut exp = Experiment::load(
-        &s.join("openb/openb_node_list_gpu_node.csv"),
-        &s.join("openb/openb_pod_list_default.csv"),
+        &openb("openb_node_list_gpu_node.csv.gz"),
+        &openb("openb_pod_list_default.csv.gz"),
     )
     .unwrap();
     let (pods, ranks) = exp
         .load_replay(
-            &s.join("fgd-golden/seed42_arrivals.csv"),
-            &s.join("fgd-golden/seed42_node_rank.csv"),
+            &fgd_golden("seed42_arrivals.csv.gz"),
+            &fgd_golden("seed42_node_rank.csv.gz"),
         )
         .unwrap();
     assert_eq!(pods.len(), 10_866);
@@ -44,7 +31,7 @@ fn final_alloc(run: &SeedRun) -> f64 {
 
 fn check_decisions(policy: &str, file: &str) {
     let (exp, run) = replay(policy);
-    let golden = load_decisions(&shared().join("fgd-golden").join(file)).unwrap();
+    let golden = load_decisions(&fgd_golden(file)).unwrap();
     assert_eq!(golden.len(), run.output.decisions.len());
     let mut matched = 0usize;
     let mut first_mismatch = None;
@@ -68,12 +55,12 @@ fn check_decisions(policy: &str, file: &str) {
 
 #[test]
 fn fgd_matches_every_golden_decision() {
-    check_decisions("fgd", "seed42_decisions_fgd.csv");
+    check_decisions("fgd", "seed42_decisions_fgd.csv.gz");
 }
 
 #[test]
 fn bestfit_matches_every_golden_decision() {
-    check_decisions("bestfit", "seed42_decisions_bestfit.csv");
+    check_decisions("bestfit", "seed42_decisions_bestfit.csv.gz");
 }
 
 #[test]

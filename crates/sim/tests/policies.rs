@@ -1,4 +1,5 @@
-//! Policy scoring on hand-made nodes (fgd-method §3–§4, hami-protocol §4.2–4.3).
+//! Policy scoring on hand-made nodes (`docs/simulator.md#method`,
+//! `docs/protocol.md#scores`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers
 

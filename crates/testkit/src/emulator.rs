@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use hami_server::CancellationToken;
-use hami_server::trace::LogFormat;
+use hami_server::args::LogArgs;
 use serde_json::Value;
 
 use crate::http::{ApiServer, Options};
@@ -70,13 +70,8 @@ pub struct Cli {
     )]
     pub grace_scale: f64,
 
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-
-    /// Log filter in RUST_LOG syntax; RUST_LOG is used when unset.
-    #[arg(long, env = "LOG_LEVEL")]
-    pub log_level: Option<String>,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 /// A `--service-endpoint`: a Service port and the local address serving it.
@@ -360,6 +355,26 @@ pub async fn run(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn flags_parse_with_the_shared_log_group() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from([
+            "kube-emulator",
+            "--listen=127.0.0.1:6443",
+            "--load=a.yaml,b.yaml",
+            "--grace-scale=-1",
+            "--log-format=json",
+            "--log-level=debug",
+        ])
+        .unwrap();
+        assert_eq!(cli.listen, "127.0.0.1:6443".parse().unwrap());
+        assert_eq!(cli.load.len(), 2);
+        assert_eq!(cli.grace_scale, -1.0);
+        assert_eq!(cli.log.log_format, hami_server::trace::LogFormat::Json);
+        assert_eq!(cli.log.log_level.as_deref(), Some("debug"));
+    }
 
     #[test]
     fn yaml_multi_documents_json_and_lists() {

@@ -5,6 +5,8 @@ use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use hami_core::sync::MutexExt;
+
 use crate::status::ApiError;
 
 /// What an injected failure looks like to the client.
@@ -45,7 +47,7 @@ pub struct Faults(Mutex<State>);
 
 impl Faults {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.lock_unpoisoned()
     }
 
     /// Delay added before every request is handled.

@@ -129,8 +129,8 @@ impl GpuNode {
                 id: self.uuid(i),
                 index: i,
                 count: self.split,
-                devmem: self.memory_mib,
-                devcore: self.cores,
+                mem_mib: self.memory_mib,
+                cores: self.cores,
                 dev_type: self.model.clone(),
                 numa: self.numa,
                 mode: "hami-core".into(),
@@ -642,7 +642,7 @@ mod tests {
         let devices = decode_node_register(reg).unwrap();
         assert_eq!(devices.len(), 3);
         assert_eq!(devices[0].count, 4);
-        assert_eq!(devices[0].devmem, 24576);
+        assert_eq!(devices[0].mem_mib, 24576);
         assert!(devices[0].health && !devices[2].health);
         assert!(devices[1].id.starts_with("GPU-") && devices[1].id.len() == 40);
         assert_ne!(devices[0].id, devices[1].id);

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::{Mutex, MutexGuard};
 
+use hami_core::sync::MutexExt;
 use serde_json::{Map, Value, json};
 use tokio::sync::watch;
 
@@ -164,7 +165,7 @@ impl Store {
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock_unpoisoned()
     }
 
     /// Current (latest) resourceVersion.

@@ -49,7 +49,7 @@ async fn device_extender() -> (std::net::SocketAddr, CancellationToken) {
             let devices = decode_node_register(reg).unwrap_or_default();
             let fitting = devices
                 .iter()
-                .filter(|d| d.health && d.devmem >= mem)
+                .filter(|d| d.health && d.mem_mib >= mem)
                 .count() as u32;
             if fitting >= gpus {
                 keep.push(node.clone());

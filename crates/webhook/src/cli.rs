@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
-use hami_server::trace::LogFormat;
+use hami_server::args::{AdminArgs, LogArgs, WebhookAdminAddress};
 
 use crate::handler::DEFAULT_BODY_LIMIT;
 use crate::rules::OwnedAnnotationPolicy;
@@ -35,14 +35,8 @@ pub struct Cli {
     #[command(flatten)]
     pub serve: ServeArgs,
 
-    /// Log line format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
-    pub log_format: LogFormat,
-
-    /// Log filter in RUST_LOG syntax (e.g. `info`, `hami_webhook=debug,info`); RUST_LOG
-    /// is used when unset.
-    #[arg(long, env = "LOG_LEVEL", global = true)]
-    pub log_level: Option<String>,
+    #[command(flatten)]
+    pub log: LogArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -73,9 +67,8 @@ pub struct ServeArgs {
     #[arg(long, env = "INSECURE_PLAIN_HTTP")]
     pub insecure_plain_http: bool,
 
-    /// Address of the admin endpoint (/livez, /readyz, /metrics; plain HTTP).
-    #[arg(long, env = "ADMIN_ADDRESS", default_value = "0.0.0.0:9444")]
-    pub admin_address: SocketAddr,
+    #[command(flatten)]
+    pub admin: AdminArgs<WebhookAdminAddress>,
 
     /// Scheduler written into spec.schedulerName of pods that ask for managed devices.
     /// Empty leaves the field as it is.
@@ -136,4 +129,68 @@ pub struct CertgenArgs {
     /// A Secret whose certificate expires within this many days is renewed.
     #[arg(long, env = "CERT_RENEW_BEFORE_DAYS", default_value_t = 30)]
     pub renew_before_days: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use hami_server::trace::LogFormat;
+
+    #[test]
+    fn chart_rendered_args_parse() {
+        // What deploy/helm/hami-rs renders for the webhook container.
+        let cli = Cli::try_parse_from([
+            "hami-webhook",
+            "--bind-address=0.0.0.0:9443",
+            "--tls-cert-file=/tls/tls.crt",
+            "--tls-key-file=/tls/tls.key",
+            "--admin-address=0.0.0.0:9444",
+            "--scheduler-name=hami-scheduler",
+            "--device-config-file=/device-config/device-config.yaml",
+            "--force-overwrite-default-scheduler=true",
+            "--scheduler-owned-annotations=deny",
+            "--deny-privileged=false",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        assert_eq!(cli.serve.bind_address, "0.0.0.0:9443".parse().unwrap());
+        assert_eq!(cli.serve.admin.address, "0.0.0.0:9444".parse().unwrap());
+        assert_eq!(
+            cli.serve.device_config_file,
+            Some(PathBuf::from("/device-config/device-config.yaml"))
+        );
+        assert!(cli.serve.force_overwrite_default_scheduler);
+        assert!(!cli.serve.deny_privileged);
+
+        // And for the certgen jobs.
+        let cli = Cli::try_parse_from([
+            "hami-webhook",
+            "certgen",
+            "--namespace=kube-system",
+            "--service-name=hami-webhook",
+            "--secret-name=hami-webhook-tls",
+            "--validity-days=3650",
+            "--webhook-config-name=hami-webhook",
+            "--log-format=json",
+        ])
+        .unwrap();
+        let Some(Command::Certgen(args)) = cli.command else {
+            panic!("certgen expected");
+        };
+        assert_eq!(args.namespace, "kube-system");
+        assert_eq!(cli.log.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn defaults_and_admin_address_forms() {
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["hami-webhook"]).unwrap();
+        assert_eq!(cli.serve.admin.address, "0.0.0.0:9444".parse().unwrap());
+        assert_eq!(cli.log.log_format, LogFormat::Text);
+        let cli = Cli::try_parse_from(["hami-webhook", "--admin-address=:9000"]).unwrap();
+        assert_eq!(cli.serve.admin.address, "0.0.0.0:9000".parse().unwrap());
+        assert!(Cli::try_parse_from(["hami-webhook", "--admin-address=nowhere"]).is_err());
+        assert!(Cli::try_parse_from(["hami-webhook", "--metrics-bind-address=:1"]).is_err());
+    }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use hami_core::config::DeviceConfig;
 use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::device_config::load_device_config;
 use hami_server::{CancellationToken, TlsConfig, serve};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -16,16 +17,8 @@ use crate::rules::{RuleConfig, Rules};
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    #[error("cannot read device config {path}: {source}")]
-    ReadConfig {
-        path: String,
-        source: std::io::Error,
-    },
-    #[error("device config {path}: {source}")]
-    Config {
-        path: String,
-        source: hami_core::config::ConfigError,
-    },
+    #[error(transparent)]
+    DeviceConfig(#[from] hami_server::device_config::DeviceConfigError),
     #[error("cannot listen on {address}: {source}")]
     Bind {
         address: String,
@@ -35,22 +28,6 @@ pub enum RunError {
     Tls(#[from] hami_server::tls::TlsError),
     #[error(transparent)]
     Serve(#[from] hami_server::ServeError),
-}
-
-/// Reads the device config, or the chart defaults when no file is given.
-pub fn load_device_config(args: &ServeArgs) -> Result<DeviceConfig, RunError> {
-    let Some(path) = &args.device_config_file else {
-        return Ok(DeviceConfig::default());
-    };
-    let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| RunError::ReadConfig {
-        path: shown.clone(),
-        source,
-    })?;
-    DeviceConfig::from_yaml(&text).map_err(|source| RunError::Config {
-        path: shown,
-        source,
-    })
 }
 
 /// The rule configuration the flags describe.
@@ -110,7 +87,7 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
 
 /// Binds the flags' addresses and serves until `shutdown`.
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), RunError> {
-    let devices = load_device_config(&args)?;
+    let devices = load_device_config(args.device_config_file.as_deref())?;
     let rules = rule_config(&args, devices);
     let tls = if args.insecure_plain_http {
         tracing::warn!("serving plain HTTP: kube-apiserver will not call this endpoint");
@@ -130,13 +107,13 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
             })
     };
     let listener = bind(args.bind_address).await?;
-    let admin_listener = bind(args.admin_address).await?;
+    let admin_listener = bind(args.admin.address).await?;
     tracing::info!(
         scheduler = %rules.scheduler_name,
         overwrite_default_scheduler = rules.overwrite_default_scheduler,
         owned_annotations = ?rules.owned_annotations,
         deny_privileged = rules.deny_privileged,
-        admin = %args.admin_address,
+        admin = %args.admin.address,
         "hami-webhook starting"
     );
     serve_service(

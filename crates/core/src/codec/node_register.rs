@@ -49,8 +49,8 @@ fn decode_json_device(entry: &Entry<'_>) -> Result<DeviceInfo, CodecError> {
         id: entry.string("id")?,
         index: entry.u32("index")?,
         count: entry.u32("count")?,
-        devmem: entry.u32("devmem")?,
-        devcore: entry.u32("devcore")?,
+        mem_mib: entry.u32("devmem")?,
+        cores: entry.u32("devcore")?,
         dev_type: entry.string("type")?,
         numa: entry.i32("numa")?,
         mode: entry.string("mode")?,
@@ -106,11 +106,11 @@ fn write_json_device(out: &mut String, device: &DeviceInfo) {
     if device.count != 0 {
         obj.num("count", device.count);
     }
-    if device.devmem != 0 {
-        obj.num("devmem", device.devmem);
+    if device.mem_mib != 0 {
+        obj.num("devmem", device.mem_mib);
     }
-    if device.devcore != 0 {
-        obj.num("devcore", device.devcore);
+    if device.cores != 0 {
+        obj.num("devcore", device.cores);
     }
     if !device.dev_type.is_empty() {
         obj.str("type", &device.dev_type);
@@ -236,8 +236,8 @@ fn decode_legacy_device<'a>(
         });
     }
     let count = legacy_capacity("count", fields.count)?;
-    let devmem = legacy_capacity("memory", fields.memory)?;
-    let devcore = legacy_capacity("core", fields.core)?;
+    let mem_mib = legacy_capacity("memory", fields.memory)?;
+    let cores = legacy_capacity("core", fields.core)?;
     let numa =
         parse_i32(fields.numa, "Atoi").map_err(|cause| CodecError::RegisterInvalidNumber {
             field: "numa",
@@ -254,8 +254,8 @@ fn decode_legacy_device<'a>(
         id: fields.id.to_owned(),
         index,
         count,
-        devmem,
-        devcore,
+        mem_mib,
+        cores,
         dev_type: fields.dev_type.to_owned(),
         numa,
         mode,
@@ -304,7 +304,7 @@ pub fn encode_node_register_legacy(devices: &[DeviceInfo]) -> String {
         .map(|d| {
             format!(
                 "{},{},{},{},{},{},{},{},{}:",
-                d.id, d.count, d.devmem, d.devcore, d.dev_type, d.numa, d.health, d.index, d.mode
+                d.id, d.count, d.mem_mib, d.cores, d.dev_type, d.numa, d.health, d.index, d.mode
             )
         })
         .collect()

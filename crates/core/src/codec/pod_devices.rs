@@ -37,7 +37,7 @@ pub fn encode_container_devices(devices: &ContainerDevices) -> String {
         .map(|d| {
             format!(
                 "{},{},{},{}{DEVICE_SEPARATOR}",
-                d.uuid, d.dev_type, d.usedmem, d.usedcores
+                d.uuid, d.dev_type, d.mem_mib, d.cores
             )
         })
         .collect()
@@ -73,7 +73,7 @@ pub fn decode_container_devices(value: &str) -> Result<ContainerDevices, CodecEr
 
 fn decode_device(segment: &str) -> Result<ContainerDevice, CodecError> {
     let fields: Vec<&str> = segment.split(',').collect();
-    let [uuid, dev_type, usedmem, usedcores, ..] = fields.as_slice() else {
+    let [uuid, dev_type, mem_used, cores_used, ..] = fields.as_slice() else {
         return Err(CodecError::PodDeviceMissingFields {
             segment: segment.to_owned(),
         });
@@ -87,8 +87,8 @@ fn decode_device(segment: &str) -> Result<ContainerDevice, CodecError> {
         idx: 0,
         uuid: (*uuid).to_owned(),
         dev_type: (*dev_type).to_owned(),
-        usedmem: quantity("usedmem", usedmem, segment)?,
-        usedcores: quantity("usedcores", usedcores, segment)?,
+        mem_mib: quantity("usedmem", mem_used, segment)?,
+        cores: quantity("usedcores", cores_used, segment)?,
     })
 }
 

@@ -10,7 +10,7 @@ use crate::annotations as keys;
 use crate::codec::selectors::{DeviceSelector, SelectorKeys};
 use crate::codec::{CodecError, decode_node_register, parse_go_bool};
 use crate::config::NvidiaConfig;
-use crate::model::{ContainerDeviceRequest, DeviceInfo, MEM_PERCENTAGE_UNSET};
+use crate::model::{ContainerDeviceRequest, DeviceInfo};
 use crate::request::{RequestError, integer_resource};
 
 /// The vendor key NVIDIA devices carry in pod device strings.
@@ -73,14 +73,14 @@ impl Vendor for Nvidia {
         c: &Container,
     ) -> Result<Option<ContainerDeviceRequest>, RequestError> {
         let cfg = &self.cfg;
-        let nums = match integer_resource(c, &cfg.resource_count_name)? {
+        let count = match integer_resource(c, &cfg.resource_count_name)? {
             Some(n) if n > 0 => n,
             _ => return Ok(None),
         };
-        let nums = bounded(c, &cfg.resource_count_name, nums, i64::from(i32::MAX))?;
+        let count = bounded(c, &cfg.resource_count_name, count, i64::from(i32::MAX))?;
 
         let factor = i64::from(cfg.memory_factor.max(1));
-        let memreq = match integer_resource(c, &cfg.resource_memory_name)? {
+        let mem_mib = match integer_resource(c, &cfg.resource_memory_name)? {
             None => 0,
             Some(m) => {
                 let m = bounded(
@@ -93,33 +93,32 @@ impl Vendor for Nvidia {
             }
         };
 
-        let mut mem_percentage_req =
-            match integer_resource(c, &cfg.resource_memory_percentage_name)? {
-                None => MEM_PERCENTAGE_UNSET,
-                Some(p) if p <= 0 => MEM_PERCENTAGE_UNSET,
-                Some(p) => p.min(100) as u32,
-            };
+        // HAMi reads a missing or non-positive percentage as its "unset" 101.
+        let mut mem_percent = match integer_resource(c, &cfg.resource_memory_percentage_name)? {
+            Some(p) if p > 0 => Some(p.min(100) as u32),
+            _ => None,
+        };
 
-        let mut memreq = memreq;
-        if mem_percentage_req == MEM_PERCENTAGE_UNSET && memreq == 0 {
+        let mut mem_mib = mem_mib;
+        if mem_percent.is_none() && mem_mib == 0 {
             if cfg.default_memory != 0 {
-                memreq = cfg.default_memory;
+                mem_mib = cfg.default_memory;
             } else {
-                mem_percentage_req = 100;
+                mem_percent = Some(100);
             }
         }
 
-        let coresreq = match integer_resource(c, &cfg.resource_core_name)? {
+        let cores = match integer_resource(c, &cfg.resource_core_name)? {
             None => cfg.default_cores,
             Some(v) => bounded(c, &cfg.resource_core_name, v, i64::from(i32::MAX))?,
         };
 
         Ok(Some(ContainerDeviceRequest {
-            nums,
+            count,
             dev_type: NVIDIA.to_string(),
-            memreq,
-            mem_percentage_req,
-            coresreq,
+            mem_mib,
+            mem_percent,
+            cores,
         }))
     }
 
@@ -233,11 +232,11 @@ mod tests {
 
     fn request(dev_type: &str) -> ContainerDeviceRequest {
         ContainerDeviceRequest {
-            nums: 1,
+            count: 1,
             dev_type: dev_type.into(),
-            memreq: 100,
-            mem_percentage_req: MEM_PERCENTAGE_UNSET,
-            coresreq: 0,
+            mem_mib: 100,
+            mem_percent: None,
+            cores: 0,
         }
     }
 

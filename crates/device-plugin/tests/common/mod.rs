@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hami_device_plugin::{
-    BackendError, BackendEvent, DeviceBackend, DeviceFilter, HamiCoreSettings, Metrics,
-    PhysicalDevice, Plugin, PluginConfig, PluginStatus, VendorSpec,
+    BackendError, BackendEvent, DeviceBackend, DeviceFilter, Metrics, PhysicalDevice, Plugin,
+    PluginConfig, PluginStatus, VendorSpec, VgpuHookSettings,
 };
 use hami_testkit::ApiServer;
 use hami_testkit::kubelet::{Kubelet, KubeletOptions};
@@ -97,7 +97,7 @@ pub fn config(dir: &Path, hook: &Path) -> PluginConfig {
         preferred_allocation: true,
         operating_mode: "hami-core".into(),
         filter: DeviceFilter::default(),
-        hami_core: HamiCoreSettings {
+        vgpu_hook: VgpuHookSettings {
             hook_path: hook.to_path_buf(),
             lib_cuda_log_level: "1".into(),
             disable_core_limit: false,

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::{PodPlan, SchedulerDefaults, place_best};
 use hami_core::frag::live::FragModel;
-use hami_core::frag::{ModelSet, TaskClass, TypicalWorkload};
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
 use hami_core::model::DeviceInfo;
 use hami_core::policy::{GpuPolicy, NodePolicy};
@@ -32,6 +31,7 @@ use rustc_hash::FxHashMap;
 use super::{Hami, HamiMode, Placement, Policy, PolicyInit};
 use crate::Task;
 use crate::cluster::Cluster;
+use crate::frag::{ModelSet, TaskClass, TypicalWorkload};
 
 /// Which engine policies to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,8 +133,8 @@ impl EnginePolicy {
                     id: format!("{}-{g}", self.names[n]),
                     index: g,
                     count: u32::from(slots),
-                    devmem: DEVMEM,
-                    devcore: 100,
+                    mem_mib: DEVMEM,
+                    cores: 100,
                     dev_type: format!("NVIDIA-M{}", node.model),
                     health: true,
                     mode: "hami-core".into(),

@@ -1,4 +1,4 @@
-//! FGD (fgd-method §3.3): the node and GPU whose placement increases the
+//! FGD (`docs/simulator.md#fgd-score`): the node and GPU whose placement increases the
 //! expected fragmentation least, scored ⌊100·σ(Δ/1000)⌋.
 
 use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};

@@ -1,5 +1,6 @@
-//! HAMi's own binpack / spread (hami-protocol §4.2–4.3), with openb shares
-//! mapped to gpucores % = d/10 and gpumem % = d/10 (fgd-method §6.2).
+//! HAMi's own binpack / spread (`docs/protocol.md#scores`), with openb shares
+//! mapped to gpucores % = d/10 and gpumem % = d/10
+//! (`docs/simulator.md#mapping-shares-onto-hamis-model`).
 //!
 //! Node score = 10·(Σused slots/Σslots + Σused cores/Σcores + Σused mem/Σmem)
 //! before placement; binpack takes the highest, spread the lowest (CPU is not

@@ -1,10 +1,10 @@
-//! Our fragmentation-aware policy: the scoring lives in `crate::frag` so the
-//! live scheduler can reuse it; this adapter adds caching and GPU masks.
+//! Our fragmentation-aware policy: the scoring lives in `crate::frag`; this adapter
+//! adds caching and GPU masks.
 
 use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
 use crate::cluster::{Cluster, lowest_fitting_gpus};
-use crate::frag::{FragScoreConfig, FragScorer, TypicalWorkload};
+use crate::frag::{FragScoreConfig, FragScorer, reweighted_by_gpu, typical_workload};
 
 #[derive(Debug)]
 pub struct HamiFrag {
@@ -17,13 +17,13 @@ impl HamiFrag {
         let mut workload = if cfg.coverage_pct == crate::TYPICAL_COVERAGE_PCT {
             init.workload.clone()
         } else {
-            TypicalWorkload::from_tasks(
+            typical_workload(
                 init.pods.iter().map(|p| (p.class_key(), p.memory_mib)),
                 cfg.coverage_pct,
             )
         };
         if let Some(bias) = cfg.gpu_weighting {
-            workload = workload.reweighted_by_gpu(bias);
+            workload = reweighted_by_gpu(&workload, bias);
         }
         Self {
             scorer: FragScorer::new(workload, cfg),

@@ -1,6 +1,6 @@
 //! Placement policies. Each policy sees the feasible nodes (already filtered
-//! by §6.4) and returns the chosen node and GPUs. Node ties always go to the
-//! lowest per-seed rank, as in the paper's forked kube-scheduler.
+//! by `docs/simulator.md#placement`) and returns the chosen node and GPUs. Node ties always go
+//! to the lowest per-seed rank, as in the paper's forked kube-scheduler.
 
 mod bestfit;
 mod cache;

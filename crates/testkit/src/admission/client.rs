@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
+use hami_core::sync::RwLockExt;
 use rustls::ClientConfig;
 
 use super::config::ClientConfig as HookClient;
@@ -22,15 +23,13 @@ pub struct Services(RwLock<HashMap<(String, String, u16), SocketAddr>>);
 impl Services {
     pub fn register(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
         self.0
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
+            .write_unpoisoned()
             .insert((namespace.to_string(), name.to_string(), port), addr);
     }
 
     pub fn resolve(&self, namespace: &str, name: &str, port: u16) -> Option<SocketAddr> {
         self.0
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_unpoisoned()
             .get(&(namespace.to_string(), name.to_string(), port))
             .copied()
     }

@@ -7,7 +7,7 @@ use hami_testkit::emulator::{Cli, run};
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    hami_server::trace::init_tracing(cli.log_format, cli.log_level.as_deref())?;
+    cli.log.init_tracing()?;
     let shutdown = hami_server::shutdown::shutdown_on_signals();
     run(cli, shutdown, |url| {
         // The URL alone on stdout, so scripts can read it.

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use hami_core::pod::is_sidecar;
 use hami_kubelet_api::v1beta1::{
     AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest,
     PreStartContainerRequest, PreferredAllocationRequest,
@@ -142,7 +143,7 @@ fn container_view(c: &Container, init: bool) -> Result<ContainerView, AdmitError
     Ok(ContainerView {
         name: c.name.clone(),
         init,
-        restartable: init && c.restart_policy.as_deref() == Some("Always"),
+        restartable: init && is_sidecar(c),
         limits,
     })
 }

@@ -41,6 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use hami_core::sync::MutexExt;
 use hami_kubelet_api::v1beta1::registration_server::RegistrationServer;
 use tokio::net::UnixListener;
 use tokio::sync::watch;
@@ -104,7 +105,7 @@ struct ServerTask {
 
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock_unpoisoned()
     }
 
     /// Reads the state.
@@ -335,7 +336,7 @@ impl Kubelet {
     }
 
     fn server_slot(&self) -> MutexGuard<'_, Option<ServerTask>> {
-        self.inner.server.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner.server.lock_unpoisoned()
     }
 }
 
@@ -377,7 +378,7 @@ fn serve(inner: &Arc<Inner>) -> io::Result<()> {
             tracing::warn!(error = %e, "kubelet: registration server failed");
         }
     });
-    *inner.server.lock().unwrap_or_else(|p| p.into_inner()) = Some(ServerTask { cancel, task });
+    *inner.server.lock_unpoisoned() = Some(ServerTask { cancel, task });
     inner.changes.send_modify(|v| *v += 1);
     Ok(())
 }

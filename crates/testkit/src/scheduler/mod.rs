@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use hami_core::pod::is_terminal;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
@@ -152,13 +153,6 @@ struct Loop {
     events: events::Recorder,
 }
 
-fn terminal(p: &Pod) -> bool {
-    matches!(
-        p.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 fn node_name(p: &Pod) -> &str {
     p.spec
         .as_ref()
@@ -195,7 +189,7 @@ impl Loop {
         spec.and_then(|s| s.scheduler_name.as_deref()) == Some(self.cfg.scheduler_name.as_str())
             && node_name(p).is_empty()
             && p.metadata.deletion_timestamp.is_none()
-            && !terminal(p)
+            && !is_terminal(p)
     }
 
     /// One pass over the queue; answers when the next backoff ends.
@@ -256,7 +250,7 @@ impl Loop {
         let mut out: HashMap<String, NodeUsage> = HashMap::new();
         for p in pods {
             let node = node_name(p);
-            if node.is_empty() || terminal(p) || p.uid().as_deref() == Some(skip_uid) {
+            if node.is_empty() || is_terminal(p) || p.uid().as_deref() == Some(skip_uid) {
                 continue;
             }
             let v = serde_json::to_value(&**p).unwrap_or(Value::Null);

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use hami_core::pod::is_terminal_phase;
 use serde_json::Value;
 
 use super::{Event, EventType, Inner, Key, Preconditions, Store, meta, meta_mut, timestamp_in};
@@ -72,10 +73,7 @@ fn grace_for(res: &Resource, obj: &Value, requested: Option<i64>) -> i64 {
         .pointer("/spec/nodeName")
         .and_then(Value::as_str)
         .is_none_or(str::is_empty);
-    let done = matches!(
-        obj.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
+    let done = is_terminal_phase(obj.pointer("/status/phase").and_then(Value::as_str));
     if unbound || done {
         return 0;
     }

@@ -1,4 +1,4 @@
-//! The admission rules as a pure function of a Pod (reference §6), so they can be
+//! The admission rules as a pure function of a Pod (`docs/protocol.md#webhook`), so they can be
 //! tested without HTTP.
 
 pub mod container;

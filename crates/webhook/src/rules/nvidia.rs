@@ -1,4 +1,5 @@
-//! NVIDIA's per-container admission rules (reference §6 step 3, §3.1): default GPU
+//! NVIDIA's per-container admission rules (`docs/protocol.md#webhook`
+//! step 4, `docs/protocol.md#resources-and-requests`): default GPU
 //! count, default exclusive cores, task priority and core policy environment,
 //! hiding GPUs from containers that asked for none, and range checks.
 

@@ -1,5 +1,6 @@
-//! The container side of an allocation: the environment and mounts HAMi-core
-//! (`libvgpu.so`) reads to enforce a GPU slice (reference §5.5 step 4).
+//! The container side of an allocation: the environment and mounts of the vGPU hook,
+//! HAMi-core (`libvgpu.so`, preloaded into every process of the container), which reads
+//! them to enforce a GPU slice (`docs/protocol.md#allocate`, step 4).
 
 use std::path::{Path, PathBuf};
 
@@ -14,9 +15,9 @@ pub const ENV_SHARED_CACHE: &str = "CUDA_DEVICE_MEMORY_SHARED_CACHE";
 pub const ENV_OVERSUBSCRIBE: &str = "CUDA_OVERSUBSCRIBE";
 pub const ENV_LOG_LEVEL: &str = "LIBCUDA_LOG_LEVEL";
 pub const ENV_CORE_POLICY: &str = "GPU_CORE_UTILIZATION_POLICY";
-/// Set to a true value in a container's env to run it without HAMi-core's preload.
+/// Set to a true value in a container's env to run it without the `libvgpu.so` preload.
 pub const ENV_DISABLE_CONTROL: &str = "CUDA_DISABLE_CONTROL";
-/// Host and container path of the lock file HAMi-core processes share.
+/// Host and container path of the lock file `libvgpu.so` processes share.
 pub const VGPU_LOCK_PATH: &str = "/tmp/vgpulock";
 pub const LD_SO_PRELOAD: &str = "/etc/ld.so.preload";
 
@@ -42,14 +43,14 @@ pub enum ResponseError {
 }
 
 /// Builds the response and creates the container's cache directory on the host
-/// (`<hook>/vgpu/containers/<podUID>_<container>`, mode 0777: HAMi-core runs as the
+/// (`<hook>/vgpu/containers/<podUID>_<container>`, mode 0777: `libvgpu.so` runs as the
 /// container's user).
 pub fn container_response(
     cfg: &PluginConfig,
     grant: &ContainerGrant<'_>,
 ) -> Result<ContainerAllocateResponse, ResponseError> {
-    let hc = &cfg.hami_core;
-    let vgpu = hc.hook_path.join("vgpu");
+    let hook = &cfg.vgpu_hook;
+    let vgpu = hook.hook_path.join("vgpu");
     let mut r = ContainerAllocateResponse::default();
 
     let mut visible: Vec<&str> = Vec::new();
@@ -63,12 +64,11 @@ pub fn container_response(
     for (i, d) in grant.devices.iter().enumerate() {
         r.envs.insert(
             format!("{ENV_MEMORY_LIMIT_PREFIX}{i}"),
-            format!("{}m", d.usedmem),
+            format!("{}m", d.mem_mib),
         );
     }
     if let Some(first) = grant.devices.first() {
-        r.envs
-            .insert(ENV_SM_LIMIT.into(), first.usedcores.to_string());
+        r.envs.insert(ENV_SM_LIMIT.into(), first.cores.to_string());
     }
     r.envs.insert(
         ENV_SHARED_CACHE.into(),
@@ -77,11 +77,11 @@ pub fn container_response(
     if cfg.memory_scaling > 1.0 {
         r.envs.insert(ENV_OVERSUBSCRIBE.into(), "true".into());
     }
-    if !hc.lib_cuda_log_level.is_empty() {
+    if !hook.lib_cuda_log_level.is_empty() {
         r.envs
-            .insert(ENV_LOG_LEVEL.into(), hc.lib_cuda_log_level.clone());
+            .insert(ENV_LOG_LEVEL.into(), hook.lib_cuda_log_level.clone());
     }
-    if hc.disable_core_limit {
+    if hook.disable_core_limit {
         r.envs.insert(ENV_CORE_POLICY.into(), "disable".into());
     }
 
@@ -92,7 +92,7 @@ pub fn container_response(
 
     r.mounts.push(mount(
         &vgpu.join("libvgpu.so"),
-        &library_on_host(&vgpu, hc.libvgpu_version.as_deref()),
+        &library_on_host(&vgpu, hook.libvgpu_version.as_deref()),
         true,
     ));
     r.mounts.push(mount(&vgpu, &cache_dir, false));
@@ -172,7 +172,8 @@ fn uuid_v4() -> String {
     )
 }
 
-/// Whether the container's env turns HAMi-core off (`CUDA_DISABLE_CONTROL`, Go ParseBool).
+/// Whether the container's env turns the vGPU hook off (`CUDA_DISABLE_CONTROL`, Go
+/// ParseBool).
 pub fn control_disabled(env: &[k8s_openapi::api::core::v1::EnvVar]) -> bool {
     env.iter()
         .filter(|e| e.name == ENV_DISABLE_CONTROL)
