@@ -176,7 +176,7 @@ impl UsageReport {
         );
         let _ = writeln!(
             out,
-            "  {:<15} {:<8} {:<9} {:>2}  {:<40}  {:>21}  {:>12}",
+            "  {:<15} {:<8} {:<9} {:>2}  {:<40}  {:>30}  {:>12}",
             "POD", "CONTAINER", "NODE", "#", "GPU", "USED / LIMIT MiB", "SM % / GRANT"
         );
         let mib = |b: Option<u64>| b.map_or("-".to_string(), |b| (b / MIB).to_string());
@@ -188,7 +188,7 @@ impl UsageReport {
             };
             let _ = writeln!(
                 out,
-                "  {:<15} {:<8} {:<9} {:>2}  {:<40}  {:>21}  {:>12}",
+                "  {:<15} {:<8} {:<9} {:>2}  {:<40}  {:>30}  {:>12}",
                 r.pod,
                 r.container,
                 r.node,
