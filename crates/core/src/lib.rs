@@ -6,7 +6,8 @@
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
 //! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes). [`pod`] holds
 //! the rules about pods every component shares, [`sync`] the one poison-tolerant locking
-//! rule every crate uses.
+//! rule every crate uses. Beside them, [`shared_region`]: HAMi-core's per-container cache
+//! file, as the node monitor reads it.
 
 pub mod accounting;
 pub mod annotations;
@@ -23,5 +24,6 @@ pub mod policy;
 pub mod reason;
 pub mod request;
 pub mod score;
+pub mod shared_region;
 pub mod sync;
 pub mod vendor;
