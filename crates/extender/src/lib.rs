@@ -11,6 +11,7 @@
 pub mod bind;
 pub mod cli;
 pub mod filter;
+pub mod filter_report;
 pub mod frag_workload;
 pub mod health;
 pub mod housekeeping;
