@@ -207,7 +207,8 @@ pub const FAILED_SHOWN: usize = 8;
 /// Curve points shown in text output (`docs/simulator.md#events-and-curves`).
 pub const CURVE_POINTS: &[usize] = &[85, 90, 92, 94, 95, 96, 100, 110, 120, 130];
 
-fn r2(x: f64) -> f64 {
+/// Rounds to 2 places the way every report of the simulator shows numbers.
+pub(crate) fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 

@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod policy;
 pub mod runner;
 pub mod svg;
+pub mod tables;
 pub mod task;
 pub mod trace;
 
