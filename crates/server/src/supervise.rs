@@ -126,6 +126,9 @@ where
         let stop = shutdown.child_token();
         let run = make(stop.clone());
         let ended = tokio::spawn(run).await;
+        // Whatever the run started and left behind (threads, child tasks holding `stop`)
+        // ends with it, before a new run starts.
+        stop.cancel();
         if shutdown.is_cancelled() {
             return Ok(());
         }
@@ -234,6 +237,48 @@ mod tests {
         assert!(err.last.contains("panicked: bad index"), "{err}");
         assert!(shutdown.is_cancelled(), "the other tasks are stopped");
         assert!(readiness.check().unwrap_err().contains("gave up"));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_is_named_restarted_and_its_leftovers_stopped() {
+        let readiness = Readiness::ready();
+        let shutdown = CancellationToken::new();
+        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(10));
+        let starts = Arc::new(AtomicU32::new(0));
+        let (left_tx, mut left_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let counter = starts.clone();
+        sup.spawn("health watch", move |stop: CancellationToken| {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let left = left_tx.clone();
+            async move {
+                if n == 0 {
+                    // Something the run started that outlives it, as a watch thread does.
+                    let child = stop.clone();
+                    tokio::spawn(async move {
+                        child.cancelled().await;
+                        let _ = left.send(()).await;
+                    });
+                    panic!("index out of bounds");
+                }
+                stop.cancelled().await;
+                Ok::<(), String>(())
+            }
+        });
+        let run = tokio::spawn(sup.run());
+        tokio::time::timeout(Duration::from_secs(5), left_rx.recv())
+            .await
+            .expect("the failed run's stop token is cancelled");
+        let reason = readiness.check().unwrap_err();
+        assert!(
+            reason.contains("health watch: panicked: index out of bounds; restarting in"),
+            "{reason}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(readiness.check(), Ok(()));
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        shutdown.cancel();
+        assert_eq!(run.await.unwrap(), Ok(()));
+        assert_eq!(readiness.check(), Ok(()), "a clean shutdown is no failure");
     }
 
     #[test]
