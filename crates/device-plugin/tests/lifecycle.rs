@@ -362,18 +362,23 @@ async fn a_health_watch_that_dies_is_reported_and_started_again() {
     )
     .await;
     c.ready(8).await;
-    assert_eq!(c.backend.watches.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(
+        c.backend.watches.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
     c.backend.die();
-    let why = c
-        .wait_readiness(|r| r.is_err())
-        .await
-        .unwrap_err();
+    let why = c.wait_readiness(|r| r.is_err()).await.unwrap_err();
     assert!(
-        why.contains("device health watch: failed: the scripted backend stopped reporting device health"),
+        why.contains(
+            "device health watch: failed: the scripted backend stopped reporting device health"
+        ),
         "{why}"
     );
     c.wait_readiness(|r| r.is_ok()).await.unwrap();
-    assert_eq!(c.backend.watches.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        c.backend.watches.load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
     // The new watch is the one that counts.
     c.backend
         .send(BackendEvent::Health {

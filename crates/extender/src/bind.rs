@@ -10,10 +10,10 @@
 use std::time::{Duration, Instant};
 
 use hami_core::annotations as keys;
+use hami_core::codec::decode_node_lock;
 use hami_core::engine::PodPlan;
 use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
-use hami_core::codec::decode_node_lock;
 use hami_k8s::lock::{self, Acquired, LOCKED_BIND_LIMIT, LockError};
 use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
 use k8s_openapi::api::core::v1::Pod;

@@ -7,11 +7,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::Either;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
-use futures::future::Either;
 use hami_k8s::lock::{LocalBinds, PEER_BIND_GRACE};
 use hami_server::admin::{AdminState, Readiness, serve_admin};
 use hami_server::device_config::load_device_config;
@@ -164,7 +164,8 @@ pub async fn serve_service(
         }
         Some(lease) => {
             let l = Leadership::always();
-            let (c, lease, follower, m) = (client.clone(), lease.clone(), l.clone(), metrics.clone());
+            let (c, lease, follower, m) =
+                (client.clone(), lease.clone(), l.clone(), metrics.clone());
             sup.spawn("leader lease watch", move |stop| {
                 follow_lease(c.clone(), lease.clone(), follower.clone(), m.clone(), stop)
             });
@@ -274,7 +275,8 @@ async fn serve_on_own_thread(
                         .map_err(|e| e.to_string())
                 })
             }));
-            let result = run.unwrap_or_else(|p| Err(format!("the HTTP thread panicked: {}", panic_text(p))));
+            let result =
+                run.unwrap_or_else(|p| Err(format!("the HTTP thread panicked: {}", panic_text(p))));
             let _ = done_tx.send(result);
         });
     if let Err(e) = spawned {

@@ -73,7 +73,10 @@ impl std::fmt::Debug for NodeWatch {
 }
 
 /// Streams nodes (matching the label selector) into the state until `shutdown`.
-pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) -> Result<(), WatchStopped> {
+pub async fn watch_nodes(
+    watch: NodeWatch,
+    shutdown: CancellationToken,
+) -> Result<(), WatchStopped> {
     let NodeWatch {
         client,
         state,

@@ -78,7 +78,8 @@ async fn wait_nothing_allocated(c: &Cluster) {
 async fn a_pod_recreated_before_the_annotation_write_is_never_annotated() {
     install_crypto();
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], Knobs::default()).await;
-    c.create(&gpu_pod("web-0", &[limits(6000)], json!({}))).await;
+    c.create(&gpu_pod("web-0", &[limits(6000)], json!({})))
+        .await;
     let old_uid = c.pods().get("web-0").await.unwrap().metadata.uid.unwrap();
     // Replaced after /filter decided and before its annotation write arrives.
     c.server
@@ -207,7 +208,11 @@ async fn a_lock_left_by_a_killed_extender_is_taken_over_at_once() {
     }
     assert!(started.elapsed() < Duration::from_secs(5));
     let orphan = c.pods().get("orphan").await.unwrap();
-    assert_eq!(orphan.spec.unwrap().node_name, None, "the orphan is untouched");
+    assert_eq!(
+        orphan.spec.unwrap().node_name,
+        None,
+        "the orphan is untouched"
+    );
 }
 
 #[tokio::test]
@@ -227,7 +232,8 @@ async fn with_other_replicas_a_fresh_lock_is_respected_and_its_owner_does_not_qu
         let addr = c.ext.addr;
         let uid = c.pods().get("q").await.unwrap().metadata.uid.unwrap();
         tokio::spawn(async move {
-            let body = json!({"PodName": "q", "PodNamespace": "default", "PodUID": uid, "Node": "n1"});
+            let body =
+                json!({"PodName": "q", "PodNamespace": "default", "PodUID": uid, "Node": "n1"});
             let r = hami_server::test_support::http_request(
                 addr,
                 hami_server::test_support::request("POST", "/bind", body.to_string()).unwrap(),
@@ -243,14 +249,30 @@ async fn with_other_replicas_a_fresh_lock_is_respected_and_its_owner_does_not_qu
     let retry = Instant::now();
     let b = c.bind("orphan", "n1").await;
     assert_eq!(b.error, "");
-    assert!(retry.elapsed() < Duration::from_secs(1), "{:?}", retry.elapsed());
+    assert!(
+        retry.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        retry.elapsed()
+    );
     assert!(!q.is_finished(), "q is still waiting");
     let q = q.await.unwrap();
-    assert!(q.error.contains("locked by pod default/orphan"), "{}", q.error);
+    assert!(
+        q.error.contains("locked by pod default/orphan"),
+        "{}",
+        q.error
+    );
 
     // A lock older than the grace another replica's live bind can take: taken over.
-    c.create(&gpu_pod("stale", &[limits(1000)], json!({}))).await;
-    let node = c.pods().get("orphan").await.unwrap().spec.unwrap().node_name;
+    c.create(&gpu_pod("stale", &[limits(1000)], json!({})))
+        .await;
+    let node = c
+        .pods()
+        .get("orphan")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .node_name;
     assert_eq!(node.as_deref(), Some("n1"));
     c.finish_allocation("orphan", "n1").await;
     patch_node(
@@ -269,7 +291,11 @@ async fn with_other_replicas_a_fresh_lock_is_respected_and_its_owner_does_not_qu
     .unwrap();
     let started = Instant::now();
     assert_eq!(c.schedule("q").await, "n1");
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -288,14 +314,18 @@ async fn a_refused_watch_turns_readyz_not_ready_with_the_reason_and_recovers() {
     c.server.store().drop_watches();
     let why = c
         .ext
-        .wait_readyz(503, "pod watch: failed: the API server refused the pod watch")
+        .wait_readyz(
+            503,
+            "pod watch: failed: the API server refused the pod watch",
+        )
         .await;
     assert!(why.contains("403") || why.contains("forbidden"), "{why}");
     assert!(why.contains("restarting in"), "{why}");
     c.server.faults().clear();
     c.ext.wait_readyz(200, "ready").await;
     // Restarted watches feed the cache again.
-    c.create(&gpu_pod("after", &[limits(1000)], json!({}))).await;
+    c.create(&gpu_pod("after", &[limits(1000)], json!({})))
+        .await;
     assert_eq!(c.schedule("after").await, "n1");
 }
 

@@ -159,7 +159,10 @@ impl LocalBinds {
             meta.namespace.as_deref().unwrap_or_default(),
             meta.name.as_deref().unwrap_or_default(),
         );
-        let held = now.signed_duration_since(taken).to_std().unwrap_or_default();
+        let held = now
+            .signed_duration_since(taken)
+            .to_std()
+            .unwrap_or_default();
         hami_core::pod::bound_node(owner).is_none()
             && !self.is_binding(ns, name)
             && self.peer_grace.is_none_or(|grace| held >= grace)
@@ -266,11 +269,13 @@ async fn acquire(
         };
         let how = match lock_value(&n) {
             None => Acquired::Taken,
-            Some(value) => match judge(client, node, (namespace, pod), value, timeout, binds).await? {
-                Verdict::Mine => return Ok(Acquired::Reentered),
-                Verdict::Free(t) => Acquired::TookOver(t),
-                Verdict::Held(e) => return Err(e),
-            },
+            Some(value) => {
+                match judge(client, node, (namespace, pod), value, timeout, binds).await? {
+                    Verdict::Mine => return Ok(Acquired::Reentered),
+                    Verdict::Free(t) => Acquired::TookOver(t),
+                    Verdict::Held(e) => return Err(e),
+                }
+            }
         };
         let now: DateTime<FixedOffset> = Utc::now().fixed_offset();
         let value = encode_node_lock(&NodeLock::owned(now, namespace, pod));

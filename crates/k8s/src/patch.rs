@@ -184,7 +184,8 @@ pub fn is_replaced(e: &kube::Error) -> bool {
             .as_ref()
             .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid")),
         409 => {
-            s.message.contains("Precondition failed: UID in precondition")
+            s.message
+                .contains("Precondition failed: UID in precondition")
                 || s.message.contains("the UID in the precondition")
         }
         _ => false,

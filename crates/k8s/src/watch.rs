@@ -35,7 +35,10 @@ mod tests {
         assert!(is_permanent(&watcher::Error::WatchStartFailed(api(404))));
         assert!(is_permanent(&watcher::Error::NoResourceVersion));
         for code in [408, 409, 410, 429, 500, 503] {
-            assert!(!is_permanent(&watcher::Error::WatchStartFailed(api(code))), "{code}");
+            assert!(
+                !is_permanent(&watcher::Error::WatchStartFailed(api(code))),
+                "{code}"
+            );
         }
         assert!(!is_permanent(&watcher::Error::WatchError(
             Status::failure("too old resource version", "Expired")

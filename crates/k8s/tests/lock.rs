@@ -299,9 +299,14 @@ async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
         "metadata": {"name": "orphan", "namespace": "default"},
         "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
     });
-    pods.create_subresource::<_, serde_json::Value>("binding", "orphan", &PostParams::default(), &binding)
-        .await
-        .unwrap();
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "orphan",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
     set_lock(&client, &format!("{},default,orphan", at(0))).await;
     assert!(
         lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)

@@ -43,15 +43,26 @@ async fn patches_land_on_the_pod_they_name_and_never_on_its_successor() {
     let first = create(&pods, "web-0").await;
     let mark = MetadataPatch::new().annotate("hami.io/bind-phase", "allocating");
     patch_pod(&client, PodRef::of(&first), &mark).await.unwrap();
-    let a = pods.get("web-0").await.unwrap().metadata.annotations.unwrap();
+    let a = pods
+        .get("web-0")
+        .await
+        .unwrap()
+        .metadata
+        .annotations
+        .unwrap();
     assert_eq!(a["hami.io/bind-phase"], "allocating");
 
     let dead = replace(&pods, "web-0").await;
-    let err = patch_pod(&client, PodRef::of(&dead), &mark).await.unwrap_err();
+    let err = patch_pod(&client, PodRef::of(&dead), &mark)
+        .await
+        .unwrap_err();
     assert!(is_replaced(&err), "{err}");
     assert!(is_gone(&err) && !is_not_found(&err), "{err}");
     let successor = pods.get("web-0").await.unwrap();
-    assert_eq!(successor.metadata.annotations, None, "the successor was written");
+    assert_eq!(
+        successor.metadata.annotations, None,
+        "the successor was written"
+    );
 
     // A pod that is simply gone: not found, not replaced.
     pods.delete("web-0", &DeleteParams::default().grace_period(0))
@@ -60,7 +71,10 @@ async fn patches_land_on_the_pod_they_name_and_never_on_its_successor() {
     let err = patch_pod(&client, PodRef::of(&successor), &mark)
         .await
         .unwrap_err();
-    assert!(is_not_found(&err) && !is_replaced(&err) && is_gone(&err), "{err}");
+    assert!(
+        is_not_found(&err) && !is_replaced(&err) && is_gone(&err),
+        "{err}"
+    );
 
     // No UID, no write: refused before any request.
     let err = patch_pod(&client, PodRef::new("default", "web-0", ""), &mark)
@@ -81,7 +95,12 @@ async fn bindings_and_deletes_naming_a_dead_pod_are_refused_as_replaced() {
         "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
     });
     let err = pods
-        .create_subresource::<_, serde_json::Value>("binding", "db-0", &PostParams::default(), &binding)
+        .create_subresource::<_, serde_json::Value>(
+            "binding",
+            "db-0",
+            &PostParams::default(),
+            &binding,
+        )
         .await
         .unwrap_err();
     assert!(is_replaced(&err), "{err}");

@@ -50,7 +50,8 @@ impl Validity {
     /// `Err` with the reason when the certificate is not valid at `now`.
     pub fn judge(&self, now: SystemTime, cert: &str) -> Result<(), String> {
         let show = |t: SystemTime| {
-            chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            chrono::DateTime::<chrono::Utc>::from(t)
+                .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         };
         if now > self.not_after {
             Err(format!(

@@ -90,12 +90,7 @@ impl Faults {
     /// with `path_suffix` is handled (after any latency): the way to change the
     /// cluster between two calls of a client, e.g. to replace a pod after a component
     /// read it and before it writes it.
-    pub fn before_next(
-        &self,
-        verb: &str,
-        path_suffix: &str,
-        hook: impl FnOnce() + Send + 'static,
-    ) {
+    pub fn before_next(&self, verb: &str, path_suffix: &str, hook: impl FnOnce() + Send + 'static) {
         self.lock().hooks.push(PendingHook {
             verb: verb.to_string(),
             path_suffix: path_suffix.to_string(),

@@ -175,7 +175,8 @@ impl ApiError {
         let kind = qualified(res.group, res.kind);
         let cause = format!("Invalid value: \"{value}\": field is immutable");
         let mut d = details(res.group, res.kind, name);
-        d["causes"] = json!([{"reason": "FieldValueInvalid", "message": cause, "field": "metadata.uid"}]);
+        d["causes"] =
+            json!([{"reason": "FieldValueInvalid", "message": cause, "field": "metadata.uid"}]);
         Self::Detailed {
             code: 422,
             reason: "Invalid",

@@ -283,14 +283,22 @@ async fn injected_refusal_is_a_403_status_and_hooks_run_once_before_their_reques
         store.delete(pods, Some("default"), "a", &pre).unwrap();
     });
     // Not a patch of /pods/a: the hook waits.
-    assert_eq!(raw(&server, "GET", &format!("{pods}/a"), json, b"").await.0, 200);
+    assert_eq!(
+        raw(&server, "GET", &format!("{pods}/a"), json, b"").await.0,
+        200
+    );
     let patch = br#"{"metadata":{"labels":{"x":"y"}}}"#;
     let merge = "application/merge-patch+json";
     let gone = raw(&server, "PATCH", &format!("{pods}/a"), merge, patch).await;
     assert_status(&gone, 404, "NotFound");
     // Ran once: the next patch of a new `a` goes through.
     raw(&server, "POST", pods, json, br#"{"metadata":{"name":"a"}}"#).await;
-    assert_eq!(raw(&server, "PATCH", &format!("{pods}/a"), merge, patch).await.0, 200);
+    assert_eq!(
+        raw(&server, "PATCH", &format!("{pods}/a"), merge, patch)
+            .await
+            .0,
+        200
+    );
 }
 
 /// Writes naming the UID of a pod that was deleted and re-created under the same name,
@@ -300,7 +308,14 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     let server = ApiServer::start().await.unwrap();
     let json = "application/json";
     let pods = "/api/v1/namespaces/default/pods";
-    let created = raw(&server, "POST", pods, json, br#"{"metadata":{"name":"web-0"}}"#).await;
+    let created = raw(
+        &server,
+        "POST",
+        pods,
+        json,
+        br#"{"metadata":{"name":"web-0"}}"#,
+    )
+    .await;
     let uid = created.1["metadata"]["uid"].as_str().unwrap().to_string();
     let rv = created.1["metadata"]["resourceVersion"]
         .as_str()
@@ -345,7 +360,14 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     assert_status(&got, 422, "Invalid");
     // The right UID is no obstacle.
     let body = format!(r#"{{"metadata":{{"uid":"{uid}","annotations":{{"a":"b"}}}}}}"#);
-    let got = raw(&server, "PATCH", &item, "application/merge-patch+json", body.as_bytes()).await;
+    let got = raw(
+        &server,
+        "PATCH",
+        &item,
+        "application/merge-patch+json",
+        body.as_bytes(),
+    )
+    .await;
     assert_eq!(got.0, 200, "{}", got.1);
 
     // Updates: the body's UID is a storage precondition (409 Conflict).
@@ -364,10 +386,16 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     );
 
     // Bindings: the same storage precondition, for the UID and the resourceVersion.
-    let binding = format!(
-        r#"{{"metadata":{{"name":"web-0","uid":"{dead}"}},"target":{{"name":"n1"}}}}"#
-    );
-    let got = raw(&server, "POST", &format!("{item}/binding"), json, binding.as_bytes()).await;
+    let binding =
+        format!(r#"{{"metadata":{{"name":"web-0","uid":"{dead}"}},"target":{{"name":"n1"}}}}"#);
+    let got = raw(
+        &server,
+        "POST",
+        &format!("{item}/binding"),
+        json,
+        binding.as_bytes(),
+    )
+    .await;
     assert_status(&got, 409, "Conflict");
     assert_eq!(got.1["message"], storage("UID", dead, &uid));
     let current = raw(&server, "GET", &item, json, b"").await.1["metadata"]["resourceVersion"]
@@ -377,7 +405,14 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     let binding = format!(
         r#"{{"metadata":{{"name":"web-0","uid":"{uid}","resourceVersion":"{rv}"}},"target":{{"name":"n1"}}}}"#
     );
-    let got = raw(&server, "POST", &format!("{item}/binding"), json, binding.as_bytes()).await;
+    let got = raw(
+        &server,
+        "POST",
+        &format!("{item}/binding"),
+        json,
+        binding.as_bytes(),
+    )
+    .await;
     assert_status(&got, 409, "Conflict");
     assert_eq!(got.1["message"], storage("ResourceVersion", &rv, &current));
 
@@ -405,11 +440,20 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
         )
     );
     // The right UID binds, then deletes.
-    let binding = format!(
-        r#"{{"metadata":{{"name":"web-0","uid":"{uid}"}},"target":{{"name":"n1"}}}}"#
-    );
-    let got = raw(&server, "POST", &format!("{item}/binding"), json, binding.as_bytes()).await;
+    let binding =
+        format!(r#"{{"metadata":{{"name":"web-0","uid":"{uid}"}},"target":{{"name":"n1"}}}}"#);
+    let got = raw(
+        &server,
+        "POST",
+        &format!("{item}/binding"),
+        json,
+        binding.as_bytes(),
+    )
+    .await;
     assert_eq!(got.0, 201, "{}", got.1);
     let body = format!(r#"{{"preconditions":{{"uid":"{uid}"}},"gracePeriodSeconds":0}}"#);
-    assert_eq!(raw(&server, "DELETE", &item, json, body.as_bytes()).await.0, 200);
+    assert_eq!(
+        raw(&server, "DELETE", &item, json, body.as_bytes()).await.0,
+        200
+    );
 }

@@ -213,14 +213,20 @@ impl Cluster {
     }
 
     /// Waits until the readiness the supervisor reports on satisfies `cond`.
-    pub async fn wait_readiness(&self, cond: impl Fn(&Result<(), String>) -> bool) -> Result<(), String> {
+    pub async fn wait_readiness(
+        &self,
+        cond: impl Fn(&Result<(), String>) -> bool,
+    ) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             let r = self.readiness.check();
             if cond(&r) {
                 return r;
             }
-            assert!(tokio::time::Instant::now() < deadline, "readiness stayed {r:?}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "readiness stayed {r:?}"
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
