@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use hami_device_plugin::{DeviceBackend, Metrics, Plugin, PluginConfig, PluginError, PluginStatus};
 use hami_server::CancellationToken;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, Readiness};
 use hami_server::listener::Relistener;
-use hami_server::supervise::{RestartPolicy, Supervisor};
+use hami_server::supervise::{RestartPolicy, Supervisor, supervise_admin};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
@@ -107,17 +107,7 @@ pub fn start(
         readiness: readiness.clone(),
         registry: Arc::new(registry),
     };
-    let admin_listener = Relistener::new(admin_listener)?;
-    sup.spawn("admin server", move |stop| {
-        let admin = admin.clone();
-        let listener = admin_listener.tokio();
-        async move {
-            let listener = listener.map_err(|e| format!("listener: {e}"))?;
-            serve_admin(listener, admin, stop)
-                .await
-                .map_err(|e| e.to_string())
-        }
-    });
+    supervise_admin(&mut sup, Relistener::new(admin_listener)?, admin);
     plugin.supervise(&mut sup);
     Ok((readiness, sup))
 }

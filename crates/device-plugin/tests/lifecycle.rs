@@ -309,26 +309,11 @@ async fn graceful_shutdown_ends_streams_removes_the_socket_and_withdraws_devices
     );
 }
 
-fn patient() -> hami_server::supervise::RestartPolicy {
-    hami_server::supervise::RestartPolicy {
-        initial_delay: Duration::from_millis(50),
-        max_delay: Duration::from_millis(200),
-        max_failures: 1_000,
-        window: Duration::from_secs(60),
-    }
-}
-
 /// The registration loop ends when it cannot serve (the plugin directory is gone):
 /// readiness names it and why, and it is started again until it serves and registers.
 #[tokio::test]
 async fn a_registration_loop_that_cannot_serve_is_reported_and_restarted() {
-    let mut c = Cluster::start_supervised(
-        |_| {},
-        vec![gpu("GPU-a", 0, 15360, 0), gpu("GPU-b", 1, 15360, 1)],
-        json!({}),
-        patient(),
-    )
-    .await;
+    let mut c = Cluster::start_patient().await;
     c.ready(8).await;
     assert_eq!(c.readiness.check(), Ok(()));
     let dir = c.kubelet.dir().to_path_buf();
@@ -354,13 +339,7 @@ async fn a_registration_loop_that_cannot_serve_is_reported_and_restarted() {
 /// A backend whose health watch dies (its channel closes): reported, and watched again.
 #[tokio::test]
 async fn a_health_watch_that_dies_is_reported_and_started_again() {
-    let mut c = Cluster::start_supervised(
-        |_| {},
-        vec![gpu("GPU-a", 0, 15360, 0), gpu("GPU-b", 1, 15360, 1)],
-        json!({}),
-        patient(),
-    )
-    .await;
+    let mut c = Cluster::start_patient().await;
     c.ready(8).await;
     assert_eq!(
         c.backend.watches.load(std::sync::atomic::Ordering::SeqCst),

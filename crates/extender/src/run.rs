@@ -13,10 +13,10 @@ use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_k8s::lock::{LocalBinds, PEER_BIND_GRACE};
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, Readiness};
 use hami_server::device_config::load_device_config;
 use hami_server::listener::{Relistener, TakeOverError};
-use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text};
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text, supervise_admin};
 use hami_server::{CancellationToken, TlsConfig, serve};
 use kube::Client;
 use prometheus_client::registry::Registry;
@@ -217,17 +217,7 @@ pub async fn serve_service(
         },
         svc.settings,
     ));
-    let admin_listener = Relistener::new(svc.admin_listener)?;
-    sup.spawn("admin server", move |stop| {
-        let admin = admin.clone();
-        let listener = admin_listener.tokio();
-        async move {
-            let listener = listener.map_err(|e| format!("listener: {e}"))?;
-            serve_admin(listener, admin, stop)
-                .await
-                .map_err(|e| e.to_string())
-        }
-    });
+    supervise_admin(&mut sup, Relistener::new(svc.admin_listener)?, admin);
     let listener = Relistener::new(svc.listener)?;
     let (tls, own_thread) = (svc.tls, svc.dedicated_http_thread);
     let handler = extender.into_handler();

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::Readiness;
+use crate::admin::{AdminState, Readiness, serve_admin};
+use crate::listener::Relistener;
 
 /// When to restart and when to give up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -162,6 +163,21 @@ where
     }
 }
 
+/// Serves the admin routes (`/livez`, `/readyz`, `/metrics`) on `listener` as the
+/// supervised task `admin server`.
+pub fn supervise_admin(sup: &mut Supervisor, listener: Relistener, state: AdminState) {
+    sup.spawn("admin server", move |stop| {
+        let state = state.clone();
+        let listener = listener.tokio();
+        async move {
+            let listener = listener.map_err(|e| format!("listener: {e}"))?;
+            serve_admin(listener, state, stop)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    });
+}
+
 /// The message of a panic payload (`panic!` with a literal or a formatted string).
 pub fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
@@ -186,11 +202,32 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn failed_task_is_restarted_and_readiness_says_why_meanwhile() {
+    /// A supervisor reporting on a fresh readiness, with its shutdown token.
+    fn supervisor(max_failures: u32) -> (Readiness, CancellationToken, Supervisor) {
         let readiness = Readiness::ready();
         let shutdown = CancellationToken::new();
-        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(10));
+        let sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(max_failures));
+        (readiness, shutdown, sup)
+    }
+
+    /// After one restart: ready again, two starts, and a clean shutdown.
+    async fn ends_restarted_once(
+        readiness: &Readiness,
+        starts: &AtomicU32,
+        shutdown: CancellationToken,
+        run: tokio::task::JoinHandle<Result<(), GaveUp>>,
+    ) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(readiness.check(), Ok(()));
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        shutdown.cancel();
+        assert_eq!(run.await.unwrap(), Ok(()));
+        assert_eq!(readiness.check(), Ok(()), "a clean shutdown is no failure");
+    }
+
+    #[tokio::test]
+    async fn failed_task_is_restarted_and_readiness_says_why_meanwhile() {
+        let (readiness, shutdown, mut sup) = supervisor(10);
         let starts = Arc::new(AtomicU32::new(0));
         let counter = starts.clone();
         sup.spawn("scan loop", move |stop: CancellationToken| {
@@ -210,18 +247,12 @@ mod tests {
             reason.contains("scan loop: failed: disk on fire; restarting in"),
             "{reason}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(readiness.check(), Ok(()));
-        assert_eq!(starts.load(Ordering::SeqCst), 2);
-        shutdown.cancel();
-        assert_eq!(run.await.unwrap(), Ok(()));
+        ends_restarted_once(&readiness, &starts, shutdown, run).await;
     }
 
     #[tokio::test]
     async fn panics_count_and_the_supervisor_gives_up() {
-        let readiness = Readiness::ready();
-        let shutdown = CancellationToken::new();
-        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(3));
+        let (readiness, shutdown, mut sup) = supervisor(3);
         sup.spawn("feedback", |_stop: CancellationToken| async {
             if true {
                 panic!("bad index");
@@ -241,9 +272,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_task_is_named_restarted_and_its_leftovers_stopped() {
-        let readiness = Readiness::ready();
-        let shutdown = CancellationToken::new();
-        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(10));
+        let (readiness, shutdown, mut sup) = supervisor(10);
         let starts = Arc::new(AtomicU32::new(0));
         let (left_tx, mut left_rx) = tokio::sync::mpsc::channel::<()>(1);
         let counter = starts.clone();
@@ -273,12 +302,7 @@ mod tests {
             reason.contains("health watch: panicked: index out of bounds; restarting in"),
             "{reason}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(readiness.check(), Ok(()));
-        assert_eq!(starts.load(Ordering::SeqCst), 2);
-        shutdown.cancel();
-        assert_eq!(run.await.unwrap(), Ok(()));
-        assert_eq!(readiness.check(), Ok(()), "a clean shutdown is no failure");
+        ends_restarted_once(&readiness, &starts, shutdown, run).await;
     }
 
     #[test]

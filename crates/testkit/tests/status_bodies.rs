@@ -301,6 +301,19 @@ async fn injected_refusal_is_a_403_status_and_hooks_run_once_before_their_reques
     );
 }
 
+/// POSTs `binding` to the Binding subresource of pod `item`.
+async fn post_binding(server: &ApiServer, item: &str, binding: &str) -> (u16, Value) {
+    let path = format!("{item}/binding");
+    raw(
+        server,
+        "POST",
+        &path,
+        "application/json",
+        binding.as_bytes(),
+    )
+    .await
+}
+
 /// Writes naming the UID of a pod that was deleted and re-created under the same name,
 /// answered word for word as kube-apiserver answers them.
 #[tokio::test]
@@ -388,14 +401,7 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     // Bindings: the same storage precondition, for the UID and the resourceVersion.
     let binding =
         format!(r#"{{"metadata":{{"name":"web-0","uid":"{dead}"}},"target":{{"name":"n1"}}}}"#);
-    let got = raw(
-        &server,
-        "POST",
-        &format!("{item}/binding"),
-        json,
-        binding.as_bytes(),
-    )
-    .await;
+    let got = post_binding(&server, &item, &binding).await;
     assert_status(&got, 409, "Conflict");
     assert_eq!(got.1["message"], storage("UID", dead, &uid));
     let current = raw(&server, "GET", &item, json, b"").await.1["metadata"]["resourceVersion"]
@@ -405,14 +411,7 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     let binding = format!(
         r#"{{"metadata":{{"name":"web-0","uid":"{uid}","resourceVersion":"{rv}"}},"target":{{"name":"n1"}}}}"#
     );
-    let got = raw(
-        &server,
-        "POST",
-        &format!("{item}/binding"),
-        json,
-        binding.as_bytes(),
-    )
-    .await;
+    let got = post_binding(&server, &item, &binding).await;
     assert_status(&got, 409, "Conflict");
     assert_eq!(got.1["message"], storage("ResourceVersion", &rv, &current));
 
@@ -442,14 +441,7 @@ async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
     // The right UID binds, then deletes.
     let binding =
         format!(r#"{{"metadata":{{"name":"web-0","uid":"{uid}"}},"target":{{"name":"n1"}}}}"#);
-    let got = raw(
-        &server,
-        "POST",
-        &format!("{item}/binding"),
-        json,
-        binding.as_bytes(),
-    )
-    .await;
+    let got = post_binding(&server, &item, &binding).await;
     assert_eq!(got.0, 201, "{}", got.1);
     let body = format!(r#"{{"preconditions":{{"uid":"{uid}"}},"gracePeriodSeconds":0}}"#);
     assert_eq!(

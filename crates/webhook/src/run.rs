@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_core::config::DeviceConfig;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, Readiness};
 use hami_server::certcheck::watch_certificate;
 use hami_server::device_config::load_device_config;
 use hami_server::listener::{Relistener, TakeOverError};
-use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor};
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, supervise_admin};
 use hami_server::{CancellationToken, TlsConfig, serve};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -82,17 +82,7 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
     }
     let webhook = Webhook::new(Rules::new(svc.rules), metrics, svc.body_limit);
     let mut sup = Supervisor::new(readiness.clone(), shutdown, svc.restart);
-    let admin_listener = Relistener::new(svc.admin_listener)?;
-    sup.spawn("admin server", move |stop| {
-        let admin = admin.clone();
-        let listener = admin_listener.tokio();
-        async move {
-            let listener = listener.map_err(|e| format!("listener: {e}"))?;
-            serve_admin(listener, admin, stop)
-                .await
-                .map_err(|e| e.to_string())
-        }
-    });
+    supervise_admin(&mut sup, Relistener::new(svc.admin_listener)?, admin);
     let listener = Relistener::new(svc.listener)?;
     let (tls, handler) = (svc.tls.clone(), webhook.into_handler());
     sup.spawn("webhook server", move |stop| {

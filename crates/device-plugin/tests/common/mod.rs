@@ -139,6 +139,23 @@ impl Cluster {
         Self::start_supervised(tweak, devices, node_status, RestartPolicy::default()).await
     }
 
+    /// [`Cluster::start`], with tasks restarted fast and never given up on.
+    pub async fn start_patient() -> Cluster {
+        let patient = RestartPolicy {
+            initial_delay: Duration::from_millis(50),
+            max_delay: Duration::from_millis(200),
+            max_failures: 1_000,
+            window: Duration::from_secs(60),
+        };
+        Self::start_supervised(
+            |_| {},
+            vec![gpu("GPU-a", 0, 15360, 0), gpu("GPU-b", 1, 15360, 1)],
+            json!({}),
+            patient,
+        )
+        .await
+    }
+
     /// [`Cluster::start_with`], the plugin's tasks supervised under `policy`.
     pub async fn start_supervised(
         tweak: impl FnOnce(&mut PluginConfig),
