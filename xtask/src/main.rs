@@ -170,10 +170,7 @@ async fn main() -> anyhow::Result<()> {
                 .filter(|s| scenarios.is_empty() || scenarios.iter().any(|n| n == s.name))
                 .collect();
             if selected.is_empty() {
-                bail!(
-                    "no such scenario; choose from {}",
-                    bench::scenario_names()
-                );
+                bail!("no such scenario; choose from {}", bench::scenario_names());
             }
             for s in selected {
                 let line = bench::run_scenario(s, &args).await?;

@@ -37,7 +37,14 @@ pub const VARIANTS: [&str; 17] = [
 ];
 
 /// The paper's six policies, in the tables' order.
-pub const PAPER_POLICIES: [&str; 6] = ["random", "dotprod", "clustering", "packing", "bestfit", "fgd"];
+pub const PAPER_POLICIES: [&str; 6] = [
+    "random",
+    "dotprod",
+    "clustering",
+    "packing",
+    "bestfit",
+    "fgd",
+];
 
 /// The paper's published means of unallocated GPU % at x = 100 per variant (in
 /// [`VARIANTS`] order), for [`PAPER_POLICIES`] (`docs/simulator.md#published-numbers`).
@@ -134,8 +141,7 @@ impl Cell {
     fn of(runs: &[RunSummary]) -> Self {
         let (mean_100, sd_100) = mean_sd(&runs.iter().map(|r| r.at_100).collect::<Vec<_>>());
         let (mean_130, sd_130) = mean_sd(&runs.iter().map(|r| r.at_130).collect::<Vec<_>>());
-        let (frag_rate_100, _) =
-            mean_sd(&runs.iter().map(|r| r.frag_rate_100).collect::<Vec<_>>());
+        let (frag_rate_100, _) = mean_sd(&runs.iter().map(|r| r.frag_rate_100).collect::<Vec<_>>());
         let median = (0..=MAX_X)
             .map(|x| {
                 median(
@@ -388,7 +394,11 @@ pub fn render(sweep: &Sweep) -> String {
         };
         let mut row = format!("| {p} |");
         for &x in CURVE_POINTS {
-            let _ = write!(row, " {} |", r2(c.median.get(x).copied().unwrap_or(f64::NAN)));
+            let _ = write!(
+                row,
+                " {} |",
+                r2(c.median.get(x).copied().unwrap_or(f64::NAN))
+            );
         }
         let _ = writeln!(out, "{row}");
     }
@@ -397,7 +407,10 @@ pub fn render(sweep: &Sweep) -> String {
         out,
         "\n### Default trace: failed tasks up to arrived = 100% (mean per run, the 6 shapes losing most GPU)\n"
     );
-    let _ = writeln!(out, "| policy | CPU (milli) | GPUs | GPU milli | failed | GPUs lost |");
+    let _ = writeln!(
+        out,
+        "| policy | CPU (milli) | GPUs | GPU milli | failed | GPUs lost |"
+    );
     let _ = writeln!(out, "|---|---|---|---|---|---|");
     for p in ["bestfit", "fgd", "hami-binpack", "hami-frag"] {
         let Some(c) = get("default", p) else {
@@ -470,7 +483,12 @@ pub fn splice(doc: &str, generated: &str) -> Result<String, SimError> {
     };
     let start = doc.find(BEGIN).ok_or_else(missing)? + BEGIN.len();
     let end = doc[start..].find(END).ok_or_else(missing)? + start;
-    Ok(format!("{}\n{}\n{}", &doc[..start], generated.trim(), &doc[end..]))
+    Ok(format!(
+        "{}\n{}\n{}",
+        &doc[..start],
+        generated.trim(),
+        &doc[end..]
+    ))
 }
 
 /// Reruns the sweep and rewrites the generated section of `doc` and the SVG at `svg`.
@@ -482,11 +500,13 @@ pub fn regenerate(
     progress: impl Fn(&str, &str) + Sync,
 ) -> anyhow::Result<()> {
     use anyhow::Context;
-    let text = std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
+    let text =
+        std::fs::read_to_string(doc).with_context(|| format!("reading {}", doc.display()))?;
     let sweep = sweep(seeds, threads, progress)?;
     let updated = splice(&text, &render(&sweep))?;
     std::fs::write(doc, updated).with_context(|| format!("writing {}", doc.display()))?;
-    std::fs::write(svg, render_svg(&sweep)).with_context(|| format!("writing {}", svg.display()))?;
+    std::fs::write(svg, render_svg(&sweep))
+        .with_context(|| format!("writing {}", svg.display()))?;
     Ok(())
 }
 

@@ -30,12 +30,18 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let seeds = hami_sim::cli::parse_seeds(&cli.seeds)?;
     let started = std::time::Instant::now();
-    hami_sim::tables::regenerate(&cli.doc, &cli.svg, &seeds, cli.threads, |variant, policy| {
-        eprintln!(
-            "[{:>6.0} s] {variant:<12} {policy}",
-            started.elapsed().as_secs_f64()
-        );
-    })?;
+    hami_sim::tables::regenerate(
+        &cli.doc,
+        &cli.svg,
+        &seeds,
+        cli.threads,
+        |variant, policy| {
+            eprintln!(
+                "[{:>6.0} s] {variant:<12} {policy}",
+                started.elapsed().as_secs_f64()
+            );
+        },
+    )?;
     eprintln!(
         "wrote {} and {} in {:.0} s",
         cli.doc.display(),
