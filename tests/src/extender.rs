@@ -91,6 +91,10 @@ impl ExtenderSetup {
             handshake_timeout: Duration::from_secs(60),
             leader_lease: None,
             dedicated_http_thread: true,
+            // The dashboard on the admin port: `cargo xtask demo --ui` and the browser
+            // tests open it.
+            ui: true,
+            admin_tls: TlsConfig::None,
         };
         let stop = CancellationToken::new();
         let running = Running::spawn(

@@ -7,7 +7,7 @@ use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, Readiness, serve_admin_with};
 use hami_server::device_config::load_device_config;
 use hami_server::{CancellationToken, TlsConfig, serve};
 use kube::Client;
@@ -16,6 +16,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cli::Cli;
+use crate::dashboard::Dashboard;
 use crate::housekeeping::{self, expire_reservations};
 use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
@@ -59,6 +60,10 @@ pub struct Service {
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
     pub dedicated_http_thread: bool,
+    /// Serve the dashboard on the admin port (`--ui`).
+    pub ui: bool,
+    /// TLS of the admin port (`--admin-tls`: the extender's certificate).
+    pub admin_tls: TlsConfig,
 }
 
 impl Service {
@@ -74,6 +79,11 @@ impl Service {
                 })
         };
         let tls = TlsConfig::from_optional(cli.cert_file.clone(), cli.key_file.clone())?;
+        let admin_tls = if cli.admin_tls {
+            tls.clone()
+        } else {
+            TlsConfig::None
+        };
         let identity = cli
             .identity
             .clone()
@@ -109,6 +119,8 @@ impl Service {
             handshake_timeout: cli.handshake_timeout,
             leader_lease,
             dedicated_http_thread: true,
+            ui: cli.ui,
+            admin_tls,
         })
     }
 }
@@ -189,6 +201,15 @@ pub async fn serve_service(
     };
     tokio::spawn(registry_round.run(changes.subscribe(), shutdown.clone()));
 
+    let dashboard = svc.ui.then(|| {
+        Arc::new(Dashboard::new(
+            state.clone(),
+            svc.settings.defaults.clone(),
+            &svc.settings.scheduler_name,
+            client.clone(),
+        ))
+        .into_handler()
+    });
     let extender = Arc::new(Extender::new(
         ExtenderParts {
             state,
@@ -199,7 +220,13 @@ pub async fn serve_service(
         },
         svc.settings,
     ));
-    let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
+    let admin_task = tokio::spawn(serve_admin_with(
+        svc.admin_listener,
+        admin,
+        dashboard,
+        svc.admin_tls,
+        shutdown.clone(),
+    ));
     let handler = extender.into_handler();
     let served = if svc.dedicated_http_thread {
         serve_on_own_thread(svc.listener, svc.tls, handler, shutdown.clone()).await
@@ -267,6 +294,7 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> 
         gpu_policy = %svc.settings.defaults.gpu_policy.as_str(),
         http = %cli.http_bind,
         admin = %cli.admin.address,
+        ui = cli.ui,
         leader_elect = cli.leader_elect,
         "hami-scheduler starting"
     );

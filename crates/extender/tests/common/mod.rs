@@ -142,6 +142,8 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         handshake_timeout: knobs.handshake_timeout,
         leader_lease: None,
         dedicated_http_thread: true,
+        ui: true,
+        admin_tls: TlsConfig::None,
     };
     let shutdown = CancellationToken::new();
     let token = shutdown.clone();
