@@ -216,13 +216,14 @@ fn render_text(r: &TextReport<'_>) -> String {
         r.plan.gpu_policy.as_str()
     );
     if r.live {
-        let phase = hami_core::pod::phase(r.pod).unwrap_or("not created");
-        let _ = match bound_node(r.pod) {
-            Some(node) => writeln!(
+        let phase = hami_core::pod::phase(r.pod).unwrap_or("without a phase");
+        let _ = match (&r.pod.metadata.uid, bound_node(r.pod)) {
+            (None, _) => writeln!(s, "  what if: not in the cluster"),
+            (Some(_), Some(node)) => writeln!(
                 s,
                 "  now {phase} on {node}; where it would go if scheduled again:"
             ),
-            None => writeln!(s, "  now {phase}, not bound to a node"),
+            (Some(_), None) => writeln!(s, "  now {phase}, not bound to a node"),
         };
     }
     for c in &r.plan.requests.containers {
