@@ -46,7 +46,7 @@
   }
 
   function card(id, label, value, sub, a) {
-    return h("div", { class: "card", id: "card-" + id, "data-value": value },
+    return h("div", { class: "card", id: "card-" + id, "data-value": value, "data-used": a ? a.used : null, "data-total": a ? a.total : null },
       h("div", { class: "label" }, label),
       h("div", { class: "value" }, value),
       a ? bar(a) : null,
@@ -197,12 +197,12 @@
       cards.replaceChildren(
         card("nodes", "Nodes with GPUs", s.nodes, d.nodes.length + " nodes watched"),
         card("gpus", "GPUs", s.gpus, s.by_model.length + " models"),
-        card("memory", "Memory allocated", gib(s.memory_mib.used) + " / " + gib(s.memory_mib.total) + " GiB",
+        card("memory", "Memory, GiB", gib(s.memory_mib.used) + " / " + gib(s.memory_mib.total),
           share(s.memory_mib) + "% allocated, " + gib(s.memory_mib.total - Math.min(s.memory_mib.used, s.memory_mib.total)) + " GiB free", s.memory_mib),
-        card("cores", "Compute allocated", gpusOf(s.cores.used) + " / " + gpusOf(s.cores.total) + " GPUs",
+        card("cores", "Compute, GPUs", gpusOf(s.cores.used) + " / " + gpusOf(s.cores.total),
           share(s.cores) + "% allocated", s.cores),
         card("slots", "Slots taken", s.slots.used + " / " + s.slots.total, "containers sharing GPUs", s.slots),
-        card("fragmentation", "Fragmented", f.fragmented_gpus.toFixed(2) + " GPUs",
+        card("fragmentation", "Fragmented, GPUs", f.fragmented_gpus.toFixed(2),
           ratio + "% of " + f.free_gpus.toFixed(2) + " free GPUs no typical task can use"),
         card("pending", "Pending pods", d.pending.length, "refused by /filter"));
       models.replaceChildren(...s.by_model.map((m) =>
@@ -270,11 +270,11 @@
     function update(d) {
       cards.replaceChildren(
         card("gpus", "GPUs", d.gpus, d.models.join(", ")),
-        card("memory", "Memory allocated", gib(d.memory_mib.used) + " / " + gib(d.memory_mib.total) + " GiB", share(d.memory_mib) + "% allocated", d.memory_mib),
-        card("cores", "Compute allocated", gpusOf(d.cores.used) + " / " + gpusOf(d.cores.total) + " GPUs", share(d.cores) + "% allocated", d.cores),
+        card("memory", "Memory, GiB", gib(d.memory_mib.used) + " / " + gib(d.memory_mib.total), share(d.memory_mib) + "% allocated", d.memory_mib),
+        card("cores", "Compute, GPUs", gpusOf(d.cores.used) + " / " + gpusOf(d.cores.total), share(d.cores) + "% allocated", d.cores),
         card("slots", "Slots taken", d.slots.used + " / " + d.slots.total, null, d.slots),
         card("pods", "Pods", d.pods, "holding GPUs here"),
-        card("fragmentation", "Fragmented", d.fragmentation.fragmented_gpus.toFixed(2) + " GPUs", "of " + d.fragmentation.free_gpus.toFixed(2) + " free"));
+        card("fragmentation", "Fragmented, GPUs", d.fragmentation.fragmented_gpus.toFixed(2), "of " + d.fragmentation.free_gpus.toFixed(2) + " free"));
       const lines = [];
       if (d.reason) lines.push(h("p", { class: "error" }, "Takes no GPU pod: " + d.reason));
       for (const u of d.unavailable) {
