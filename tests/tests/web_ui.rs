@@ -188,10 +188,14 @@ impl Browser {
 
     async fn screenshot(&self, name: &str) -> PathBuf {
         let png = self.client().screenshot().await.unwrap();
-        assert!(png.starts_with(b"\x89PNG"), "not a PNG");
-        let path = screenshot_dir().join(name);
-        std::fs::write(&path, png).unwrap();
-        path
+        save_png(name, png)
+    }
+
+    /// The page's content only (`body`, as tall as what it shows, not the window): the
+    /// README's picture.
+    async fn screenshot_content(&self, name: &str) -> PathBuf {
+        let body = self.client().find(Locator::Css("body")).await.unwrap();
+        save_png(name, body.screenshot().await.unwrap())
     }
 
     async fn close(mut self) {
@@ -199,6 +203,13 @@ impl Browser {
             let _ = c.close().await;
         }
     }
+}
+
+fn save_png(name: &str, png: Vec<u8>) -> PathBuf {
+    assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+    let path = screenshot_dir().join(name);
+    std::fs::write(&path, png).unwrap();
+    path
 }
 
 async fn api(admin: SocketAddr, path: &str) -> Value {
@@ -317,7 +328,7 @@ async fn the_dashboard_shows_the_demo_cluster_as_its_api_and_hamictl_do() {
             n["gpus"].to_string()
         );
     }
-    browser.screenshot("overview.png").await;
+    browser.screenshot_content("overview.png").await;
 
     // A node page by deep link: each GPU's bars and pods as the API has them, and as
     // hamictl top gpus reads them from the API server.
