@@ -223,27 +223,16 @@ async fn hamictl(url: &str, args: &[&str]) -> Value {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kubeconfig");
     std::fs::write(&kubeconfig, hami_testkit::emulator::kubeconfig(url)).unwrap();
-    let mut argv: Vec<OsString> = std::iter::once("hamictl")
+    let kubeconfig = kubeconfig.display().to_string();
+    let argv = ["hamictl"]
+        .into_iter()
         .chain(args.iter().copied())
+        .chain(["--kubeconfig", &kubeconfig, "-o", "json"])
         .map(OsString::from)
         .collect();
-    argv.extend([
-        "--kubeconfig".into(),
-        kubeconfig.into(),
-        "-o".into(),
-        "json".into(),
-    ]);
-    // hamictl runs a runtime of its own: on its own thread.
-    let out = tokio::task::spawn_blocking(move || {
-        std::thread::spawn(move || {
-            let cli = hamictl::parse(argv).unwrap();
-            hamictl::run(&cli, hamictl::Style::PLAIN).unwrap()
-        })
-        .join()
-        .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = hamictl::run_from_async(argv, hamictl::Style::PLAIN)
+        .await
+        .unwrap();
     serde_json::from_str(&out.stdout).unwrap()
 }
 

@@ -273,6 +273,22 @@ pub fn parse(args: Vec<OsString>) -> Result<Cli, clap::Error> {
     Cli::from_arg_matches(&matches)
 }
 
+/// [`parse`] and [`run`] for a caller already inside an async runtime (a test, a program
+/// embedding hamictl): the live commands start a runtime of their own, which cannot
+/// nest in the caller's, so the command runs on a thread of its own.
+pub async fn run_from_async(args: Vec<OsString>, style: Style) -> anyhow::Result<Outcome> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        let outcome = parse(args)
+            .map_err(anyhow::Error::from)
+            .and_then(|cli| run(&cli, style));
+        let _ = answer.send(outcome);
+    });
+    answered
+        .await
+        .map_err(|_| anyhow::anyhow!("hamictl's thread ended without an answer"))?
+}
+
 /// The whole program: parse, run, print, exit with the status scripts read.
 pub fn main_with(args: Vec<OsString>) -> ExitCode {
     let cli = match parse(args) {
@@ -292,5 +308,33 @@ pub fn main_with(args: Vec<OsString>) -> ExitCode {
             eprintln!("hamictl: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[tokio::test]
+    async fn run_from_async_answers_inside_a_runtime_and_reports_bad_flags() {
+        let out = run_from_async(
+            argv(&["hamictl", "decode", "pod-devices", ""]),
+            Style::PLAIN,
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.exit, Exit::Done);
+        let bad = run_from_async(argv(&["hamictl", "top", "nothing"]), Style::PLAIN)
+            .await
+            .unwrap_err();
+        assert!(
+            bad.to_string()
+                .contains("unrecognized subcommand 'nothing'"),
+            "{bad}"
+        );
     }
 }

@@ -44,18 +44,7 @@ async fn hamictl(kubeconfig: &std::path::Path, args: &[&str]) -> (Value, Exit) {
         "-o".into(),
         "json".into(),
     ]);
-    // hamictl runs its own runtime: on a thread of its own, while this test's runtime
-    // keeps serving the API server.
-    let out = tokio::task::spawn_blocking(move || {
-        std::thread::spawn(move || {
-            let cli = hamictl::parse(argv).unwrap();
-            hamictl::run(&cli, Style::PLAIN).unwrap()
-        })
-        .join()
-        .unwrap()
-    })
-    .await
-    .unwrap();
+    let out = hamictl::run_from_async(argv, Style::PLAIN).await.unwrap();
     (serde_json::from_str(&out.stdout).unwrap(), out.exit)
 }
 
