@@ -35,6 +35,8 @@ use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::unschedulable::{Refusal, Unschedulable};
+
 /// Abandoned decisions remembered per pod.
 const MAX_ABANDONED: usize = 8;
 
@@ -168,6 +170,9 @@ pub struct SchedState {
     /// Keys the signature hash: annotations cannot be crafted to collide with a
     /// decision of this process.
     hasher: RandomState,
+    /// Pods /filter refused, until they are placed, bound or gone (the dashboard's
+    /// pending pods).
+    unschedulable: Unschedulable,
 }
 
 impl SchedState {
@@ -184,6 +189,7 @@ impl SchedState {
             nodes_synced: false,
             pods_synced: false,
             hasher: RandomState::new(),
+            unschedulable: Unschedulable::default(),
         }
     }
 
@@ -355,13 +361,7 @@ impl SchedState {
         if let Some((vendor, why)) = entry.unhealthy.iter().next() {
             return format!("{vendor} devices unavailable: {why}");
         }
-        if let Some(issue) = entry.issues.first() {
-            return format!(
-                "node unregistered: {} is invalid: {}",
-                issue.annotation, issue.error
-            );
-        }
-        hami_core::reason::NODE_UNREGISTERED.to_string()
+        hami_core::ledger::unregistered_reason(entry.issues.first())
     }
 
     // ---- pods ----
@@ -375,6 +375,9 @@ impl SchedState {
         if hami_core::pod::is_terminal(pod) {
             self.delete_pod(uid_str);
             return out;
+        }
+        if hami_core::pod::bound_node(pod).is_some() {
+            self.unschedulable.forget(uid_str);
         }
         let empty = BTreeMap::new();
         let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
@@ -452,6 +455,7 @@ impl SchedState {
 
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.unschedulable.forget(uid);
         self.pods.remove(uid);
         self.unbound_holders.remove(uid);
         self.binding.remove(uid);
@@ -483,6 +487,7 @@ impl SchedState {
         for uid in gone {
             self.delete_pod(&uid);
         }
+        self.unschedulable.retain(|uid| listed.contains(uid));
     }
 
     /// Puts the ledger in line with whether the pod holds its devices now; `record` is
@@ -541,6 +546,7 @@ impl SchedState {
             .signature(r.annotations)
             .unwrap_or_else(|| self.hasher.hash_one((r.node, now)));
         let key = record.uid.clone();
+        self.unschedulable.forget(r.uid);
         let node = self.ledger.intern(r.node);
         let epoch = self.epoch;
         let entry = self.pods.entry(key.clone()).or_insert_with(PodEntry::new);
@@ -661,6 +667,16 @@ impl SchedState {
     /// How unbound decisions are judged at `now`.
     fn expiry(&self, now: i64) -> Expiry {
         Expiry::new(now, self.reservation_ttl)
+    }
+
+    /// Remembers that /filter found no node for the pod.
+    pub fn note_unschedulable(&mut self, uid: &str, refusal: Refusal) {
+        self.unschedulable.note(uid, refusal);
+    }
+
+    /// Pods /filter refused that are not placed, bound or gone since.
+    pub fn unschedulable(&self) -> &Unschedulable {
+        &self.unschedulable
     }
 
     /// Number of pods known (holding or not).
