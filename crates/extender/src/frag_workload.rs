@@ -4,7 +4,7 @@
 //! built from it is rebuilt at most every [`REFRESH_SECS`], when pods were seen or nodes
 //! registered since. `/debug/frag-workload` on the admin port shows it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use hami_core::frag::live::FragModel;
 use hami_core::frag::observed::{
@@ -12,7 +12,12 @@ use hami_core::frag::observed::{
 };
 use hami_core::frag::score::FragScoreConfig;
 use hami_core::ledger::Ledger;
+use hami_core::sync::MutexExt;
+use hami_server::{Handler, handler_fn, respond};
+use hyper::StatusCode;
 use serde_json::{Value, json};
+
+use crate::state::SchedState;
 
 /// Seconds a built model serves before new observations make it rebuild.
 pub const REFRESH_SECS: i64 = 30;
@@ -182,6 +187,29 @@ impl LiveFrag {
             "shapes": shapes,
         })
     }
+}
+
+/// The admin port's routes beyond `/livez`, `/readyz` and `/metrics`: `/debug/frag-workload`
+/// (what [`SchedState::frag_view`] shows), then `rest` (the dashboard, with `--ui`).
+pub fn admin_routes(state: Arc<Mutex<SchedState>>, rest: Option<Handler>) -> Handler {
+    handler_fn(move |req| {
+        let (state, rest) = (state.clone(), rest.clone());
+        async move {
+            match (req.uri().path(), rest) {
+                ("/debug/frag-workload", _) => {
+                    let view = state.lock_unpoisoned().frag_view();
+                    respond::json(StatusCode::OK, &view)
+                }
+                (_, Some(rest)) => rest(req).await,
+                (path, None) => respond::text(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no route {path}; try /livez, /readyz, /metrics or /debug/frag-workload"
+                    ),
+                ),
+            }
+        }
+    })
 }
 
 #[cfg(test)]

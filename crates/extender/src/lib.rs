@@ -10,6 +10,7 @@
 
 pub mod bind;
 pub mod cli;
+pub mod dashboard;
 pub mod filter;
 pub mod filter_report;
 pub mod frag_workload;
@@ -22,5 +23,6 @@ pub mod run;
 pub mod service;
 pub mod slim;
 pub mod state;
+pub mod unschedulable;
 pub mod watch;
 pub mod wire;

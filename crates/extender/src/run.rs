@@ -10,11 +10,10 @@ use std::time::Duration;
 use futures::future::Either;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
-use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_k8s::lock::{LocalBinds, PEER_BIND_GRACE};
-use hami_server::admin::{AdminState, JsonRoutes, Readiness};
+use hami_server::admin::{AdminState, Readiness};
 use hami_server::device_config::load_device_config;
 use hami_server::listener::{Relistener, TakeOverError};
 use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text, supervise_admin_with};
@@ -25,6 +24,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cli::Cli;
+use crate::dashboard::Dashboard;
+use crate::frag_workload::admin_routes;
 use crate::housekeeping::{self, expire_reservations};
 use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
@@ -70,6 +71,10 @@ pub struct Service {
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
     pub dedicated_http_thread: bool,
+    /// Serve the dashboard on the admin port (`--ui`).
+    pub ui: bool,
+    /// TLS of the admin port (`--admin-tls`: the extender's certificate).
+    pub admin_tls: TlsConfig,
     /// When a background task that stopped is started again, and when the process gives
     /// up.
     pub restart: RestartPolicy,
@@ -88,6 +93,11 @@ impl Service {
                 })
         };
         let tls = TlsConfig::from_optional(cli.cert_file.clone(), cli.key_file.clone())?;
+        let admin_tls = if cli.admin_tls {
+            tls.clone()
+        } else {
+            TlsConfig::None
+        };
         let identity = cli
             .identity
             .clone()
@@ -123,6 +133,8 @@ impl Service {
             handshake_timeout: cli.handshake_timeout,
             leader_lease,
             dedicated_http_thread: true,
+            ui: cli.ui,
+            admin_tls,
             restart: RestartPolicy::default(),
         })
     }
@@ -203,6 +215,15 @@ pub async fn serve_service(
         registry_round.clone().run(feed.subscribe(), stop)
     });
 
+    let dashboard = svc.ui.then(|| {
+        Arc::new(Dashboard::new(
+            state.clone(),
+            svc.settings.defaults.clone(),
+            &svc.settings.scheduler_name,
+            client.clone(),
+        ))
+        .into_handler()
+    });
     let binds = match svc.leader_lease {
         None => LocalBinds::sole(),
         Some(_) => LocalBinds::with_peers(PEER_BIND_GRACE),
@@ -218,15 +239,13 @@ pub async fn serve_service(
         },
         svc.settings,
     ));
-    let frag_state = extender.state.clone();
-    let routes = JsonRoutes::new().route("/debug/frag-workload", move || {
-        frag_state.lock_unpoisoned().frag_view()
-    });
+    let admin_routes = admin_routes(extender.state.clone(), dashboard);
     supervise_admin_with(
         &mut sup,
         Relistener::new(svc.admin_listener)?,
         admin,
-        routes,
+        Some(admin_routes),
+        svc.admin_tls,
     );
     let listener = Relistener::new(svc.listener)?;
     let (tls, own_thread) = (svc.tls, svc.dedicated_http_thread);
@@ -297,6 +316,7 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> 
         gpu_policy = %svc.settings.defaults.gpu_policy.as_str(),
         http = %cli.http_bind,
         admin = %cli.admin.address,
+        ui = cli.ui,
         leader_elect = cli.leader_elect,
         "hami-scheduler starting"
     );

@@ -42,6 +42,7 @@ use serde_json::Value;
 
 use crate::frag_workload::LiveFrag;
 use crate::pod_resources::{PodRequestsSeen, PodResourceBook};
+use crate::unschedulable::{Refusal, Unschedulable};
 
 /// Abandoned decisions remembered per pod.
 const MAX_ABANDONED: usize = 8;
@@ -184,6 +185,9 @@ pub struct SchedState {
     resources: PodResourceBook,
     /// The typical workload of the `frag` policies.
     frag: LiveFrag,
+    /// Pods /filter refused, until they are placed, bound or gone (the dashboard's
+    /// pending pods).
+    unschedulable: Unschedulable,
 }
 
 impl SchedState {
@@ -202,6 +206,7 @@ impl SchedState {
             hasher: RandomState::new(),
             resources: PodResourceBook::default(),
             frag: LiveFrag::default(),
+            unschedulable: Unschedulable::default(),
         }
     }
 
@@ -399,13 +404,7 @@ impl SchedState {
         if let Some((vendor, why)) = entry.unhealthy.iter().next() {
             return format!("{vendor} devices unavailable: {why}");
         }
-        if let Some(issue) = entry.issues.first() {
-            return format!(
-                "node unregistered: {} is invalid: {}",
-                issue.annotation, issue.error
-            );
-        }
-        hami_core::reason::NODE_UNREGISTERED.to_string()
+        hami_core::ledger::unregistered_reason(entry.issues.first())
     }
 
     // ---- pods ----
@@ -421,6 +420,9 @@ impl SchedState {
             return out;
         }
         self.count_requests(pod, uid_str, &mut out);
+        if hami_core::pod::bound_node(pod).is_some() {
+            self.unschedulable.forget(uid_str);
+        }
         let empty = BTreeMap::new();
         let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
         let record = match PodRecord::from_pod(pod, &self.registry) {
@@ -502,11 +504,7 @@ impl SchedState {
             out.resources_error = Some(e);
             Resources::ZERO
         });
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty());
+        let bound = hami_core::pod::bound_node(pod);
         let seen = PodRequestsSeen {
             uid,
             bound,
@@ -523,6 +521,7 @@ impl SchedState {
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
         self.resources.remove(uid, &mut self.ledger);
+        self.unschedulable.forget(uid);
         self.pods.remove(uid);
         self.unbound_holders.remove(uid);
         self.binding.remove(uid);
@@ -555,6 +554,7 @@ impl SchedState {
             self.delete_pod(&uid);
         }
         self.resources.retain(listed, &mut self.ledger);
+        self.unschedulable.retain(|uid| listed.contains(uid));
     }
 
     /// Puts the ledger in line with whether the pod holds its devices now; `record` is
@@ -613,6 +613,7 @@ impl SchedState {
             .signature(r.annotations)
             .unwrap_or_else(|| self.hasher.hash_one((r.node, now)));
         let key = record.uid.clone();
+        self.unschedulable.forget(r.uid);
         let node = self.ledger.intern(r.node);
         let epoch = self.epoch;
         let entry = self.pods.entry(key.clone()).or_insert_with(PodEntry::new);
@@ -741,6 +742,16 @@ impl SchedState {
     /// How unbound decisions are judged at `now`.
     fn expiry(&self, now: i64) -> Expiry {
         Expiry::new(now, self.reservation_ttl)
+    }
+
+    /// Remembers that /filter found no node for the pod.
+    pub fn note_unschedulable(&mut self, uid: &str, refusal: Refusal) {
+        self.unschedulable.note(uid, refusal);
+    }
+
+    /// Pods /filter refused that are not placed, bound or gone since.
+    pub fn unschedulable(&self) -> &Unschedulable {
+        &self.unschedulable
     }
 
     /// Number of pods known (holding or not).

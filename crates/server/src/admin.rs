@@ -1,5 +1,5 @@
-//! The admin port: `/livez`, `/readyz` and `/metrics`, plus any read-only JSON routes a
-//! service adds ([`JsonRoutes`], e.g. the extender's `/debug/frag-workload`).
+//! The admin port: `/livez`, `/readyz` and `/metrics`, and whatever else a service
+//! serves beside them (hami-scheduler's dashboard).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -92,62 +92,36 @@ pub struct AdminState {
     pub registry: Arc<Registry>,
 }
 
-/// A JSON document computed on each request.
-pub type JsonView = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
-
-/// Extra read-only routes of a service's admin port, each answering GET with a JSON document.
-#[derive(Clone, Default)]
-pub struct JsonRoutes {
-    routes: Vec<(String, JsonView)>,
-}
-
-impl std::fmt::Debug for JsonRoutes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.routes.iter().map(|(p, _)| p))
-            .finish()
-    }
-}
-
-impl JsonRoutes {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Adds `path` (e.g. `/debug/frag-workload`), answered with what `view` returns.
-    pub fn route(
-        mut self,
-        path: impl Into<String>,
-        view: impl Fn() -> serde_json::Value + Send + Sync + 'static,
-    ) -> Self {
-        self.routes.push((path.into(), Arc::new(view)));
-        self
-    }
-
-    fn get(&self, path: &str) -> Option<&JsonView> {
-        self.routes.iter().find(|(p, _)| p == path).map(|(_, v)| v)
-    }
-}
-
 /// The admin routes as a [`Handler`], for tests or to mount elsewhere.
 pub fn admin_handler(state: AdminState) -> Handler {
-    admin_handler_with(state, JsonRoutes::default())
+    admin_handler_with(state, None)
 }
 
-/// [`admin_handler`] with `extra` routes.
-pub fn admin_handler_with(state: AdminState, extra: JsonRoutes) -> Handler {
-    let state = Arc::new((state, extra));
+/// The admin routes, and `more` for every other path.
+pub fn admin_handler_with(state: AdminState, more: Option<Handler>) -> Handler {
+    let state = Arc::new(state);
     handler_fn(move |req| {
         let state = state.clone();
-        async move { route(&state.0, &state.1, req.uri().path()) }
+        let more = more.clone();
+        async move {
+            match (route(&state, req.uri().path()), more) {
+                (Some(resp), _) => resp,
+                (None, Some(more)) => more(req).await,
+                (None, None) => respond::text(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no route {}; try /livez, /readyz or /metrics",
+                        req.uri().path()
+                    ),
+                ),
+            }
+        }
     })
 }
 
-fn route(state: &AdminState, extra: &JsonRoutes, path: &str) -> HttpResponse {
-    if let Some(view) = extra.get(path) {
-        return respond::json(StatusCode::OK, &view());
-    }
-    match path {
+/// The answer of an admin route, `None` for any other path.
+fn route(state: &AdminState, path: &str) -> Option<HttpResponse> {
+    Some(match path {
         "/livez" | "/healthz" => respond::text(StatusCode::OK, "ok"),
         "/readyz" => match state.readiness.check() {
             Ok(()) => respond::text(StatusCode::OK, "ready"),
@@ -171,11 +145,8 @@ fn route(state: &AdminState, extra: &JsonRoutes, path: &str) -> HttpResponse {
                 ),
             }
         }
-        other => respond::text(
-            StatusCode::NOT_FOUND,
-            format!("no route {other}; try /livez, /readyz or /metrics"),
-        ),
-    }
+        _ => return None,
+    })
 }
 
 /// Serves the admin routes over plain HTTP until `shutdown` is cancelled.
@@ -184,21 +155,17 @@ pub async fn serve_admin(
     state: AdminState,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve_admin_with(listener, state, JsonRoutes::default(), shutdown).await
+    serve(listener, TlsConfig::None, admin_handler(state), shutdown).await
 }
 
-/// [`serve_admin`] with `extra` routes.
+/// Serves the admin routes and `more` (see [`admin_handler_with`]), over `tls`, until
+/// `shutdown` is cancelled.
 pub async fn serve_admin_with(
     listener: TcpListener,
     state: AdminState,
-    extra: JsonRoutes,
+    more: Option<Handler>,
+    tls: TlsConfig,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve(
-        listener,
-        TlsConfig::None,
-        admin_handler_with(state, extra),
-        shutdown,
-    )
-    .await
+    serve(listener, tls, admin_handler_with(state, more), shutdown).await
 }

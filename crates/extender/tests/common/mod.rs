@@ -185,6 +185,8 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
             identity: "hami-scheduler-0".into(),
         }),
         dedicated_http_thread: true,
+        ui: true,
+        admin_tls: TlsConfig::None,
         restart: knobs.restart,
     };
     let shutdown = CancellationToken::new();
