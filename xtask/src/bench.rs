@@ -80,6 +80,7 @@ fn node_object(i: usize, gpus: usize) -> Value {
             mode: "hami-core".into(),
             health: true,
             mig_profiles: vec![],
+            custom_info: Default::default(),
         })
         .collect();
     json!({

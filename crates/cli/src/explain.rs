@@ -8,7 +8,7 @@ use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, plac
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
 use hami_core::model::ContainerDevice;
 use hami_core::pod::pod_name;
-use hami_core::vendor::VendorRegistry;
+use hami_core::vendor::{NodeView, VendorRegistry};
 use hami_server::device_config::load_device_config;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
@@ -17,7 +17,7 @@ use crate::snapshot::{load_pod, load_snapshot};
 use crate::{ExplainArgs, OutputFormat};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
-    let config = load_device_config(args.config.as_deref())?;
+    let config = load_device_config(args.config.as_deref())?.with_switches(args.vendors.switches());
     let registry = VendorRegistry::from_config(&config);
     let snap = load_snapshot(&args.snapshot)?;
     let pod = load_pod(&args.pod)?;
@@ -31,9 +31,7 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     let mut candidates = Vec::new();
     for node in &snap.nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let empty = BTreeMap::new();
-        let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-        let (inventory, issues) = NodeInventory::from_annotations(annotations, &registry);
+        let (inventory, issues) = NodeInventory::from_node(&NodeView::of(node), &registry);
         for i in issues {
             warnings.push(format!("node {name}: {}: {}", i.annotation, i.error));
         }
@@ -98,7 +96,7 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
             .collect(),
     };
     let annotations = chosen
-        .map(|(node, fit)| allocation_annotations(&registry, node, fit, now))
+        .map(|(node, fit)| allocation_annotations(&registry, &plan, node, fit, now))
         .unwrap_or_default();
     let failed = placement
         .as_ref()

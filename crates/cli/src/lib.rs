@@ -31,10 +31,20 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum DecodeCommand {
     /// A node register value (`hami.io/node-nvidia-register`): JSON or the legacy
-    /// `id,count,mem,core,type,numa,health[,index,mode]:` form.
+    /// `id,count,mem,core,type,numa,health[,index,mode]:` form; with `--vendor`, the
+    /// way that vendor's inventory is read (`docs/vendors.md`).
     NodeRegister {
-        /// The annotation value.
+        /// The annotation value; for vendors whose devices come from node capacity
+        /// (Cambricon, Metax GPU, Mthreads, Enflame GCU, Kunlun XPU, AWS Neuron), the
+        /// capacity as `resource=count,…`.
         value: String,
+        /// The vendor key or name: dcu, amd, mlu, ascend910b3, mr-v100, metax-sgpu,
+        /// drs, xpu, neuron, vastai, biren, … (default: NVIDIA, JSON or legacy).
+        #[arg(long)]
+        vendor: Option<String>,
+        /// Node name, for vendors whose device IDs are derived from it.
+        #[arg(long, default_value = "node")]
+        node: String,
     },
     /// A pod device string (`hami.io/vgpu-devices-allocated`): one array per container.
     PodDevices {
@@ -72,6 +82,8 @@ pub struct ExplainArgs {
     /// HAMi `device-config.yaml` (resource names, defaults, memory factor).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub vendors: hami_server::args::VendorArgs,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
@@ -80,7 +92,11 @@ pub struct ExplainArgs {
 /// Runs a command and returns what to print on stdout.
 pub fn run(cli: &Cli) -> anyhow::Result<String> {
     match &cli.command {
-        Command::Decode(DecodeCommand::NodeRegister { value }) => decode::node_register(value),
+        Command::Decode(DecodeCommand::NodeRegister {
+            value,
+            vendor,
+            node,
+        }) => decode::node_register(value, vendor.as_deref(), node),
         Command::Decode(DecodeCommand::PodDevices { value }) => decode::pod_devices(value),
         Command::Explain(args) => explain::run(args),
         Command::Simulate(args) => hami_sim::run_simulate(args),

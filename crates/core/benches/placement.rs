@@ -49,6 +49,7 @@ fn cluster(nodes: usize, gpus: usize, pods: usize) -> (Ledger, Vec<String>) {
                 mode: "hami-core".into(),
                 health: true,
                 mig_profiles: vec![],
+                custom_info: Default::default(),
             })
             .collect();
         ledger.set_node(

@@ -21,7 +21,7 @@ use crate::policy::{GpuPolicy, NodePolicy};
 use crate::reason::NODE_UNREGISTERED;
 use crate::request::{ContainerKind, PodRequests, RequestError};
 use crate::score::Usage;
-use crate::vendor::{ConstraintError, DeviceConstraints, VendorRegistry};
+use crate::vendor::{AllocationContext, ConstraintError, DeviceConstraints, VendorRegistry};
 
 /// Cluster-wide defaults (scheduler flags).
 #[derive(Debug, Clone, Default)]
@@ -166,7 +166,7 @@ pub fn fit_node(
     let mut scratch = Scratch::default();
     let steps = compile(plan, registry)?;
     let score = fit_node_compact(plan, &steps, node, &mut scratch)?;
-    Ok(materialize(plan, node, &scratch.picks, score))
+    Ok(materialize(plan, registry, node, &scratch.picks, score))
 }
 
 /// One container's request for one vendor, resolved once per placement so the per-node
@@ -215,6 +215,9 @@ fn compile<'p>(
                     weights: &plan.weights,
                     quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
                     frag: plan.frag.as_deref().filter(|_| plan.gpu_policy.frag),
+                    custom_capacity: vendor.custom_capacity(),
+                    node_check: vendor.checks_node(),
+                    vendor_choice: vendor.may_choose_devices(),
                 },
             });
         }
@@ -308,11 +311,17 @@ fn frag_gain(model: &FragModel, plan: &PodPlan, node: &NodeState, picks: &[Vec<P
 }
 
 /// Builds the wire form of compact picks.
-fn materialize(plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>], score: f32) -> NodeFit {
+fn materialize(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    node: &NodeState,
+    picks: &[Vec<Placed>],
+    score: f32,
+) -> NodeFit {
     let n = plan.requests.containers.len();
     let mut devices = BTreeMap::new();
     for (key, placed) in plan.vendor_keys.iter().zip(picks) {
-        let Some((infos, _)) = node.vendor(key) else {
+        let (Some((infos, _)), Some(vendor)) = (node.vendor(key), registry.get(key)) else {
             continue;
         };
         let mut per_container: PodSingleDevice = vec![Vec::new(); n];
@@ -321,7 +330,7 @@ fn materialize(plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>], score: f
                 per_container.get_mut(p.container),
                 plan.requests.containers[p.container].by_vendor.get(key),
             ) {
-                slot.push(container_device(infos, req, &p.pick));
+                slot.push(container_device(vendor.as_ref(), infos, req, &p.pick));
             }
         }
         devices.insert(key.clone(), per_container);
@@ -440,7 +449,7 @@ pub fn place_reporting<'a>(
     best.map(|b| {
         (
             b.node.name().to_string(),
-            materialize(plan, b.node, &b.picks, b.score),
+            materialize(plan, registry, b.node, &b.picks, b.score),
         )
     })
 }
@@ -546,10 +555,12 @@ fn better_node(policy: NodePolicy, a_score: f32, a: &str, b_score: f32, b: &str)
 }
 
 /// The pod annotations the scheduler writes for a placement
-/// (`docs/protocol.md#pod-annotations-the-scheduler-writes`):
-/// node, decision time, and per vendor the to-allocate and allocated device strings.
+/// (`docs/protocol.md#pod-annotations-the-scheduler-writes`, `docs/vendors.md`):
+/// node, decision time, and per vendor the to-allocate and allocated device strings and
+/// whatever else that vendor's device plugin expects.
 pub fn allocation_annotations(
     registry: &VendorRegistry,
+    plan: &PodPlan,
     node: &str,
     fit: &NodeFit,
     now_unix: i64,
@@ -558,11 +569,21 @@ pub fn allocation_annotations(
     out.insert(keys::VGPU_NODE.to_string(), node.to_string());
     out.insert(keys::VGPU_TIME.to_string(), now_unix.to_string());
     for (vendor_key, devices) in &fit.devices {
-        if let Some(v) = registry.get(vendor_key) {
-            let value = encode_pod_single_device(devices);
-            out.insert(v.to_allocate_annotation().to_string(), value.clone());
-            out.insert(v.allocated_annotation().to_string(), value);
+        let Some(v) = registry.get(vendor_key) else {
+            continue;
+        };
+        let value = encode_pod_single_device(devices);
+        if let Some(key) = v.to_allocate_annotation() {
+            out.insert(key.to_string(), value.clone());
         }
+        out.insert(v.allocated_annotation().to_string(), value);
+        let constraints = plan.constraints.get(vendor_key).unwrap_or(&NO_CONSTRAINTS);
+        out.extend(v.extra_annotations(&AllocationContext {
+            node,
+            devices,
+            constraints,
+            now_unix,
+        }));
     }
     out
 }

@@ -10,7 +10,7 @@ use crate::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use crate::policy::{DeviceKeys, GpuPolicy};
 use crate::reason::{NODE_INSUFFICIENT_DEVICE, Reason, ReasonCounts};
 use crate::score::{Usage, device_score};
-use crate::vendor::{DeviceConstraints, Vendor, contains_ignore_ascii_case};
+use crate::vendor::{CapacityCheck, DeviceConstraints, Vendor, contains_ignore_ascii_case};
 
 /// Mode string of devices partitioned with MIG.
 const MIG_MODE: &str = "mig";
@@ -65,18 +65,29 @@ pub struct FitSettings<'a> {
     pub quota: QuotaBudget,
     /// Set for GPU policy `frag`: device scores come from the fragmentation model.
     pub frag: Option<&'a FragModel>,
+    /// The vendor's own capacity checks replace the shared ones
+    /// ([`Vendor::custom_capacity`]).
+    pub custom_capacity: bool,
+    /// The vendor may refuse a whole node first ([`Vendor::checks_node`]).
+    pub node_check: bool,
+    /// The vendor may pick among the fitting devices itself
+    /// ([`Vendor::may_choose_devices`]).
+    pub vendor_choice: bool,
 }
 
 impl FitSettings<'_> {
     /// Whether a device passes regardless of the devices tried before it: no NUMA
-    /// binding, topology or quota. Then the fit's picks are simply the best passing
-    /// devices, and a container fits exactly when enough devices pass
-    /// ([`enough_devices_pass`]), so nodes can be ranked without choosing devices.
+    /// binding, topology, quota or vendor choice among the fitting devices. Then the
+    /// fit's picks are simply the best passing devices, and a container fits exactly
+    /// when enough devices pass ([`enough_devices_pass`]), so nodes can be ranked
+    /// without choosing devices.
     pub fn order_free(&self) -> bool {
         !self.constraints.numa_bind
             && !self.policy.topology_aware
             && self.quota.memory.is_none()
             && self.quota.cores.is_none()
+            && !self.node_check
+            && !self.vendor_choice
     }
 }
 
@@ -154,12 +165,13 @@ pub fn fit_container(
     )?;
     Ok(picks
         .iter()
-        .map(|p| container_device(set.infos, req, p))
+        .map(|p| container_device(s.vendor, set.infos, req, p))
         .collect())
 }
 
 /// The wire form of a pick.
 pub fn container_device(
+    vendor: &dyn Vendor,
     infos: &[DeviceInfo],
     req: &ContainerDeviceRequest,
     p: &Pick,
@@ -168,7 +180,7 @@ pub fn container_device(
     ContainerDevice {
         idx: info.index,
         uuid: info.id.clone(),
-        dev_type: req.dev_type.clone(),
+        dev_type: vendor.allocated_type(info, req).to_string(),
         mem_mib: p.mem,
         cores: p.cores,
     }
@@ -342,12 +354,24 @@ fn walk_in_order(
     if req.count as usize > serving {
         return Err(FitFailure::InsufficientDevices);
     }
+    let mut counts = ReasonCounts::default();
+    if s.node_check
+        && let Err(r) = s.vendor.check_node(set.infos, req, s.constraints)
+    {
+        counts.add(r, 1);
+        return Err(FitFailure::Devices {
+            counts,
+            devices: serving,
+        });
+    }
+    // The vendor picks among every fitting device (as `topology-aware` does).
+    let choose = s.vendor_choice && s.vendor.chooses_devices(set.infos, req);
+    let collect_all = choose || s.policy.topology_aware;
     let keys = &scratch.keys;
     scratch
         .order
         .sort_by(|&a, &b| s.policy.prefer(&keys[a], &keys[b], s.constraints.numa_bind));
 
-    let mut counts = ReasonCounts::default();
     let picks = out;
     let mut remaining = req.count;
     let mut prev_numa: Option<i32> = None;
@@ -378,7 +402,7 @@ fn walk_in_order(
         taken.memory += u64::from(mem);
         taken.cores += u64::from(cores);
         picks.push(Pick { pos, mem, cores });
-        if !s.policy.topology_aware {
+        if !collect_all {
             remaining -= 1;
             if remaining == 0 {
                 break;
@@ -386,7 +410,17 @@ fn walk_in_order(
         }
     }
 
-    if s.policy.topology_aware && picks.len() > req.count as usize {
+    if choose {
+        if picks.len() >= req.count as usize {
+            let positions: Vec<usize> = picks.iter().map(|p| p.pos).collect();
+            let chosen = s
+                .vendor
+                .choose_devices(set.infos, &positions, req.count as usize);
+            let all = std::mem::take(picks);
+            picks.extend(chosen.into_iter().filter_map(|i| all.get(i).copied()));
+            picks.truncate(req.count as usize);
+        }
+    } else if s.policy.topology_aware && picks.len() > req.count as usize {
         let chosen = choose_by_topology(std::mem::take(picks), req.count as usize, set);
         *picks = chosen;
     }
@@ -445,19 +479,57 @@ fn check_capacity(
     if !s.constraints.selector.uuid_allowed(&info.id) {
         return Err(Reason::CardUuidMismatch);
     }
+    if s.custom_capacity {
+        let (mem, cores) = s.vendor.check_capacity(&CapacityCheck {
+            info,
+            usage: u,
+            req,
+            constraints: s.constraints,
+            mutex: s.policy.mutex,
+        })?;
+        check_quota(s.quota, taken, mem, cores)?;
+        return Ok((mem, cores));
+    }
+    check_slots(info, u, s.policy.mutex)?;
+    let cores = req.cores_clamped();
+    let mem = req.memory_on(info.mem_mib);
+    check_quota(s.quota, taken, mem, cores)?;
+    check_resources(info, u, mem, cores)?;
+    if facts.mig {
+        // MIG partitioning is not placed by hami-rs yet: refusing is safe, guessing is not.
+        return Err(Reason::CardMigTopologyInfeasible);
+    }
+    Ok((mem, cores))
+}
+
+/// HAMi's slot checks: a free time slice, and under `mutex` an idle device.
+#[inline(always)]
+pub fn check_slots(info: &DeviceInfo, u: &Usage, mutex: bool) -> Result<(), Reason> {
     if info.count <= u.used {
         return Err(Reason::CardTimeSlicingExhausted);
     }
-    if s.policy.mutex && u.used > 0 {
+    if mutex && u.used > 0 {
         return Err(Reason::ExclusiveDeviceAllocateConflict);
     }
-    let cores = req.cores_clamped();
-    let mem = req.memory_on(info.mem_mib);
+    Ok(())
+}
+
+/// The namespace quota left for this pod.
+#[inline(always)]
+fn check_quota(quota: QuotaBudget, taken: PodTotals, mem: u32, cores: u32) -> Result<(), Reason> {
     let over =
         |limit: Option<u64>, used: u64, add: u32| limit.is_some_and(|l| used + u64::from(add) > l);
-    if over(s.quota.memory, taken.memory, mem) || over(s.quota.cores, taken.cores, cores) {
+    if over(quota.memory, taken.memory, mem) || over(quota.cores, taken.cores, cores) {
         return Err(Reason::ResourceQuotaNotFit);
     }
+    Ok(())
+}
+
+/// HAMi's memory and compute checks for `mem` MiB and `cores` percent on one device:
+/// enough free of both, 100 cores means the device alone, and a device whose compute
+/// is all taken takes no task that asks for none.
+#[inline(always)]
+pub fn check_resources(info: &DeviceInfo, u: &Usage, mem: u32, cores: u32) -> Result<(), Reason> {
     if u64::from(info.mem_mib).saturating_sub(u.mem_used) < u64::from(mem) {
         return Err(Reason::CardInsufficientMemory);
     }
@@ -470,11 +542,7 @@ fn check_capacity(
     if info.cores != 0 && u.cores_used >= u64::from(info.cores) && cores == 0 {
         return Err(Reason::CardComputeUnitsExhausted);
     }
-    if facts.mig {
-        // MIG partitioning is not placed by hami-rs yet: refusing is safe, guessing is not.
-        return Err(Reason::CardMigTopologyInfeasible);
-    }
-    Ok((mem, cores))
+    Ok(())
 }
 
 /// Topology-aware choice among more fitting devices than needed: one device ⇒ the one
@@ -608,7 +676,7 @@ mod tests {
             let pair_scores = PairScores::default();
             let facts: Vec<DeviceFacts> = infos.iter().map(|d| DeviceFacts::of(d, "NVIDIA")).collect();
             let set = DeviceSet { infos: &infos, facts: &facts, cordon: &cordon, pair_scores: &pair_scores };
-            let s = FitSettings { vendor: &vendor, any_type: false, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default(), frag: None };
+            let s = FitSettings { vendor: &vendor, any_type: false, constraints: &constraints, policy: &policy, weights: &weights, quota: QuotaBudget::default(), frag: None, custom_capacity: false, node_check: false, vendor_choice: false };
             let req = ContainerDeviceRequest { count, dev_type: "NVIDIA".into(), mem_mib, mem_percent: None, cores };
             let (mut fast, mut walk) = (Vec::new(), Vec::new());
             let mut scratch = FitScratch::default();

@@ -21,7 +21,7 @@ use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::pod;
 use crate::request::ContainerKind;
 use crate::score::{Usage, node_score};
-use crate::vendor::VendorRegistry;
+use crate::vendor::{NodeView, VendorRegistry};
 
 /// The devices one vendor registered on a node.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -41,27 +41,47 @@ pub struct NodeInventory {
     pub pair_scores: PairScores,
 }
 
-/// A node annotation that could not be used, for the caller to log.
+/// A node annotation (or capacity) that could not be used, for the caller to log and
+/// to report in `FailedNodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InventoryIssue {
+    /// The vendor whose devices it concerns.
+    pub vendor: String,
+    /// Where the bad value is (`hami.io/node-dcu-register`, `capacity cambricon.com/...`).
     pub annotation: String,
     pub error: String,
+    /// The vendor's devices on the node are out of scheduling because of it (a
+    /// duplicate device only drops the duplicate).
+    pub blocking: bool,
 }
 
 impl NodeInventory {
-    /// Reads a node's annotations. A vendor whose register annotation does not decode
-    /// contributes no devices (and an issue), so a corrupt value never half-registers.
+    /// Reads a node's annotations only (snapshots and tests without node capacity);
+    /// see [`NodeInventory::from_node`].
     pub fn from_annotations(
         annotations: &BTreeMap<String, String>,
         registry: &VendorRegistry,
     ) -> (Self, Vec<InventoryIssue>) {
+        Self::from_node(&NodeView::annotations_only("", annotations), registry)
+    }
+
+    /// Reads a node's devices, vendor by vendor. A vendor whose register value does not
+    /// decode contributes no devices (and a blocking issue), so a corrupt value never
+    /// half-registers and never touches another vendor's devices.
+    pub fn from_node(
+        node: &NodeView<'_>,
+        registry: &VendorRegistry,
+    ) -> (Self, Vec<InventoryIssue>) {
+        let annotations = node.annotations;
         let mut issues = Vec::new();
         let mut vendors = Vec::new();
+        let mut pair_scores = PairScores::default();
         for v in registry.vendors() {
-            match v.decode_inventory(annotations) {
+            let source = v.inventory_source().describe();
+            match v.decode_inventory(node) {
                 None => {}
                 Some(Ok(devices)) => {
-                    let devices = dedup_devices(devices, v.register_annotation(), &mut issues);
+                    let devices = dedup_devices(devices, v.common_word(), &source, &mut issues);
                     if !devices.is_empty() {
                         vendors.push(VendorDevices {
                             vendor: v.common_word().to_string(),
@@ -70,28 +90,31 @@ impl NodeInventory {
                     }
                 }
                 Some(Err(e)) => issues.push(InventoryIssue {
-                    annotation: v.register_annotation().to_string(),
+                    vendor: v.common_word().to_string(),
+                    annotation: source,
                     error: e.to_string(),
+                    blocking: true,
                 }),
+            }
+            let Some(key) = v.pair_score_annotation() else {
+                continue;
+            };
+            if let Some(value) = annotations.get(key) {
+                match decode_topology_scores(value) {
+                    Ok(s) => pair_scores = PairScores::new(&s),
+                    Err(e) => issues.push(InventoryIssue {
+                        vendor: v.common_word().to_string(),
+                        annotation: key.to_string(),
+                        error: e.to_string(),
+                        blocking: false,
+                    }),
+                }
             }
         }
         let cordon = annotations
             .get(keys::DEVICE_CORDON)
             .map(|v| parse_device_cordon(v))
             .unwrap_or_default();
-        let pair_scores = match annotations.get(keys::NVIDIA_NODE_SCORE) {
-            None => PairScores::default(),
-            Some(v) => match decode_topology_scores(v) {
-                Ok(s) => PairScores::new(&s),
-                Err(e) => {
-                    issues.push(InventoryIssue {
-                        annotation: keys::NVIDIA_NODE_SCORE.to_string(),
-                        error: e.to_string(),
-                    });
-                    PairScores::default()
-                }
-            },
-        };
         (
             NodeInventory {
                 vendors,
@@ -107,7 +130,8 @@ impl NodeInventory {
 /// the same card: keep the first, report the rest.
 fn dedup_devices(
     devices: Vec<DeviceInfo>,
-    annotation: &str,
+    vendor: &str,
+    source: &str,
     issues: &mut Vec<InventoryIssue>,
 ) -> Vec<DeviceInfo> {
     let mut seen = BTreeSet::new();
@@ -117,8 +141,10 @@ fn dedup_devices(
             out.push(d);
         } else {
             issues.push(InventoryIssue {
-                annotation: annotation.to_string(),
+                vendor: vendor.to_string(),
+                annotation: source.to_string(),
                 error: format!("device {} registered twice; the duplicate is ignored", d.id),
+                blocking: false,
             });
         }
     }

@@ -218,7 +218,7 @@ fn init_containers_are_fitted_apart_and_counted_at_peak() {
     // 800 + 600 would not fit, but they never run together.
     let pl = plan(&p);
     let (node, fit) = place_one(&ledger, &pl).chosen.unwrap();
-    let ann = allocation_annotations(&registry(), &node, &fit, 1_700_000_000);
+    let ann = allocation_annotations(&registry(), &pl, &node, &fit, 1_700_000_000);
     assert_eq!(
         ann["hami.io/vgpu-devices-allocated"],
         "n-gpu-0,NVIDIA,800,0:;n-gpu-0,NVIDIA,600,0:;"
@@ -248,8 +248,9 @@ fn annotations_keep_empty_containers_aligned() {
             ),
         ],
     );
-    let (node, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
-    let ann = allocation_annotations(&registry(), &node, &fit, 42);
+    let pl = plan(&p);
+    let (node, fit) = place_one(&ledger, &pl).chosen.unwrap();
+    let ann = allocation_annotations(&registry(), &pl, &node, &fit, 42);
     assert_eq!(ann["hami.io/vgpu-node"], "n");
     assert_eq!(ann["hami.io/vgpu-time"], "42");
     assert_eq!(

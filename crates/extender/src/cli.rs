@@ -66,6 +66,9 @@ pub struct Cli {
     #[arg(long, env = "DEVICE_CONFIG_FILE")]
     pub device_config_file: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub vendors: hami_server::args::VendorArgs,
+
     /// A node lock older than this is taken over (Go duration).
     #[arg(long, env = "HAMI_NODELOCK_EXPIRE", default_value = "5m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_lock_timeout: Duration,

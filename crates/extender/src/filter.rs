@@ -119,7 +119,8 @@ impl Extender {
             );
             match chosen {
                 Some((node, fit)) => {
-                    let annotations = allocation_annotations(&self.registry, &node, &fit, now);
+                    let annotations =
+                        allocation_annotations(&self.registry, &plan, &node, &fit, now);
                     let report = st.reserve(
                         &uid,
                         &namespace,

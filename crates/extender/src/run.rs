@@ -64,7 +64,8 @@ pub struct Service {
 impl Service {
     /// The flags' service, with listeners bound.
     pub async fn from_cli(cli: &Cli) -> Result<Self, RunError> {
-        let devices = load_device_config(cli.device_config_file.as_deref())?;
+        let devices = load_device_config(cli.device_config_file.as_deref())?
+            .with_switches(cli.vendors.switches());
         let bind = |addr: std::net::SocketAddr| async move {
             TcpListener::bind(addr)
                 .await

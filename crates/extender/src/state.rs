@@ -29,7 +29,7 @@ use hami_core::ledger::{
 };
 use hami_core::model::PodSingleDevice;
 use hami_core::request::{ContainerKind, plain_integer};
-use hami_core::vendor::VendorRegistry;
+use hami_core::vendor::{InventorySource, NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -209,18 +209,33 @@ impl SchedState {
         if name.is_empty() {
             return None;
         }
-        let empty = BTreeMap::new();
-        let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+        let view = NodeView::of(node);
+        let annotations = view.annotations;
         let mut shaping = self.hasher.build_hasher();
-        for key in [keys::DEVICE_CORDON, keys::NVIDIA_NODE_SCORE] {
-            annotations.get(key).hash(&mut shaping);
-        }
+        annotations.get(keys::DEVICE_CORDON).hash(&mut shaping);
         let mut vendors = Vec::with_capacity(self.registry.vendors().len());
         for v in self.registry.vendors() {
-            let register = annotations.get(v.register_annotation());
+            v.pair_score_annotation()
+                .and_then(|k| annotations.get(k))
+                .hash(&mut shaping);
+            // Everything the vendor's inventory is read from: a change re-reads it.
+            let mut register = self.hasher.build_hasher();
+            let mut any = false;
+            for input in v.inventory_inputs() {
+                let value = match input {
+                    InventorySource::Annotation(key) => annotations.get(key).map(String::as_str),
+                    InventorySource::Capacity(resource) => view
+                        .capacity
+                        .and_then(|c| c.get(resource))
+                        .map(|q| q.0.as_str()),
+                };
+                any |= value.is_some();
+                value.hash(&mut register);
+            }
+            let register = any.then(|| register.finish());
             register.hash(&mut shaping);
             vendors.push(VendorNode {
-                registration: register.map(|r| self.hasher.hash_one(r)),
+                registration: register,
                 handshake: v
                     .handshake_annotation()
                     .and_then(|h| annotations.get(h))
@@ -239,7 +254,7 @@ impl SchedState {
         let (inventory, issues) = match previous {
             Some(ref p) if !changed => (p.inventory.clone(), p.issues.clone()),
             _ => {
-                let (inv, issues) = NodeInventory::from_annotations(annotations, &self.registry);
+                let (inv, issues) = NodeInventory::from_node(&view, &self.registry);
                 (Arc::new(inv), issues)
             }
         };

@@ -136,6 +136,7 @@ impl GpuNode {
                 mode: "hami-core".into(),
                 health: !self.unhealthy.contains(&i),
                 mig_profiles: Vec::new(),
+                custom_info: Default::default(),
             })
             .collect()
     }

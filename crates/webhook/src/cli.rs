@@ -80,6 +80,9 @@ pub struct ServeArgs {
     #[arg(long, env = "DEVICE_CONFIG_FILE")]
     pub device_config_file: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub vendors: hami_server::args::VendorArgs,
+
     /// Take over pods whose spec.schedulerName is `default-scheduler` (what the API
     /// server fills in when a pod names none). Pods of other named schedulers are
     /// always left alone.

@@ -87,7 +87,8 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
 
 /// Binds the flags' addresses and serves until `shutdown`.
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), RunError> {
-    let devices = load_device_config(args.device_config_file.as_deref())?;
+    let devices = load_device_config(args.device_config_file.as_deref())?
+        .with_switches(args.vendors.switches());
     let rules = rule_config(&args, devices);
     let tls = if args.insecure_plain_http {
         tracing::warn!("serving plain HTTP: kube-apiserver will not call this endpoint");

@@ -2,7 +2,6 @@
 //! tested without HTTP.
 
 pub mod container;
-pub mod nvidia;
 pub mod owned;
 
 use hami_core::config::DeviceConfig;
@@ -180,17 +179,27 @@ impl Rules {
             };
         }
 
-        let nvidia = &self.cfg.devices.nvidia;
+        // Every vendor's rules on every container, init containers first
+        // (docs/vendors.md#admission).
+        let pod_annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let containers = spec
             .init_containers
             .iter_mut()
             .flatten()
             .chain(spec.containers.iter_mut());
         let mut uses_gpu = false;
+        let mut runtime_class: Option<String> = None;
         for c in containers {
-            match nvidia::mutate_container(nvidia, c) {
-                Ok(u) => uses_gpu |= u,
-                Err(message) => return deny(DenyRule::InvalidResource, message),
+            for vendor in self.registry.vendors() {
+                match vendor.mutate_admission(c, &pod_annotations) {
+                    Ok(a) => {
+                        uses_gpu |= a.uses;
+                        if runtime_class.is_none() {
+                            runtime_class = a.runtime_class;
+                        }
+                    }
+                    Err(message) => return deny(DenyRule::InvalidResource, message),
+                }
             }
         }
 
@@ -222,9 +231,8 @@ impl Rules {
                     ),
                 );
             }
-            let runtime_class = nvidia.runtime_class_name.trim();
-            if uses_gpu && !runtime_class.is_empty() && spec.runtime_class_name.is_none() {
-                spec.runtime_class_name = Some(runtime_class.to_string());
+            if spec.runtime_class_name.is_none() {
+                spec.runtime_class_name = runtime_class;
             }
             if !self.cfg.scheduler_name.is_empty() {
                 spec.scheduler_name = Some(self.cfg.scheduler_name.clone());
