@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1.7
 #
 # hami-device-plugin-nvidia: the kubelet device plugin for NVIDIA GPUs, plus
-# HAMi-core (libvgpu.so, the in-container CUDA limiter) and hami-vgpu-init,
-# which installs HAMi-core on the node (the chart runs it as an init container).
+# HAMi-core (libvgpu.so, the in-container CUDA limiter), hami-vgpu-init, which
+# installs HAMi-core on the node (the chart runs it as an init container), and
+# hami-vgpu-monitor, the node's usage exporter and priority feedback loop (the
+# chart runs it as a second container of the DaemonSet).
 #
 # Build from the repository root (the build context must be the workspace):
 #   docker build -f deploy/docker/hami-device-plugin-nvidia.Dockerfile \
@@ -28,7 +30,9 @@ COPY tests ./tests
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p hami-device-plugin-nvidia --bin hami-device-plugin-nvidia \
-    && install -D -m 0755 target/release/hami-device-plugin-nvidia /out/hami-device-plugin-nvidia
+        -p hami-vgpu-monitor --bin hami-vgpu-monitor \
+    && install -D -m 0755 target/release/hami-device-plugin-nvidia /out/hami-device-plugin-nvidia \
+    && install -D -m 0755 target/release/hami-vgpu-monitor /out/hami-vgpu-monitor
 
 FROM ${CUDA_DEVEL_IMAGE} AS hami-core
 # A release tag of Project-HAMi/HAMi-core; bump together with CUDA_DEVEL_IMAGE.
@@ -56,17 +60,21 @@ LABEL org.opencontainers.image.title="hami-device-plugin-nvidia" \
       org.opencontainers.image.revision="${REVISION}" \
       io.hami-rs.hami-core.ref="${HAMI_CORE_REF}"
 # Ask the NVIDIA container runtime for the driver's management library (NVML),
-# not for compute: the plugin only enumerates and watches GPUs.
+# not for compute: the plugin and the monitor only enumerate, watch and measure
+# GPUs.
 ENV NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=utility
 COPY --from=build /out/hami-device-plugin-nvidia /usr/local/bin/hami-device-plugin-nvidia
+COPY --from=build /out/hami-vgpu-monitor /usr/local/bin/hami-vgpu-monitor
 COPY --from=hami-core /out/libvgpu.so /k8s-vgpu/lib/nvidia/libvgpu.so
 COPY --chmod=0755 deploy/docker/hami-vgpu-init.sh /usr/local/bin/hami-vgpu-init
 # Root on purpose: the plugin serves a socket in the kubelet's root-owned
 # device-plugins directory, opens /dev/nvidia*, and writes the node's HAMi-core
-# directory (the chart adds privileged: true for the NVML backend).
+# directory; the monitor writes the priority feedback into the containers'
+# HAMi-core files there (the chart adds privileged: true for the NVML backend).
 # hadolint ignore=DL3002
 USER 0:0
-# 9396 admin (/livez /readyz /metrics).
-EXPOSE 9396
+# 9396 the plugin's admin port (/livez /readyz /metrics), 9394 the monitor's
+# /metrics (and /livez /readyz).
+EXPOSE 9396 9394
 ENTRYPOINT ["/usr/local/bin/hami-device-plugin-nvidia"]

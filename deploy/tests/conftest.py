@@ -54,8 +54,11 @@ HAMI_STYLE = {
             "config": '{"nodeconfig": [{"name": "gpu-1", "operatingmode": "hami-core",'
             ' "devicesplitcount": 5}]}'
         },
+        "monitor": {"ctrPath": "/usr/local/vgpu/containers", "resyncInterval": "10m", "extraArgs": None},
+        "service": {"type": "NodePort", "httpPort": 31992, "labels": None},
     },
     "devices": {"nvidia": {"gpuCorePolicy": "force", "libCudaLogLevel": 4}},
+    "legacyMetrics": "true",
 }
 
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -100,6 +103,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         }
     },
     "hami-style-values": HAMI_STYLE,
+    "monitor-options": {
+        "legacyMetrics": True,
+        "prometheus": {"enabled": True, "interval": "15s", "labels": {"release": "kube-prometheus"}},
+        "devicePlugin": {
+            "monitorimage": "registry.example.com/gpu/hami-vgpu-monitor:v1.2.3",
+            "monitor": {
+                "port": 9494,
+                "extraArgs": ["--feedback-interval=10s"],
+                "extraEnvs": {"SCAN_INTERVAL": "10s"},
+            },
+            "service": {"type": "NodePort", "httpPort": 31999, "annotations": {"prometheus.io/scrape": "true"}},
+        },
+    },
+    "monitor-disabled": {"devicePlugin": {"monitor": {"enabled": False}}},
     "mirror-and-extras": {
         "global": {
             "imageRegistry": "mirror.example.com",

@@ -41,6 +41,9 @@ CONTRACT = {
         "--scheduler-name", "--device-config-file", "--force-overwrite-default-scheduler",
         "--scheduler-owned-annotations", "--deny-privileged",
     },
+    "hami-vgpu-monitor": {
+        "--metrics-bind-address", "--backend", "--fake-devices", "--legacy-metrics", "--feedback-interval",
+    },
     "hami-webhook certgen": {
         "--namespace", "--service-name", "--secret-name", "--webhook-config-name", "--validity-days",
     },
@@ -73,6 +76,10 @@ def rendered_invocations(variant: str) -> list[tuple[str, list[str]]]:
     ds = out.maybe("DaemonSet", name("device-plugin"))
     if ds:
         calls.append(("hami-device-plugin-nvidia", container(ds, "device-plugin")["args"]))
+        monitors = [c for c in chartlib.pod_spec(ds)["containers"] if c["name"] == "vgpu-monitor"]
+        for mon in monitors:
+            assert mon["command"] == ["/usr/local/bin/hami-vgpu-monitor"]
+            calls.append(("hami-vgpu-monitor", mon["args"]))
     return calls
 
 
@@ -104,7 +111,7 @@ def test_rendered_flags_are_in_the_contract(variant: str) -> None:
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("binary", ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia"])
+@pytest.mark.parametrize("binary", ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-vgpu-monitor"])
 def test_binaries_accept_the_rendered_args(variant: str, binary: str, bin_dir: pathlib.Path) -> None:
     path = binary_path(bin_dir, binary)
     if path is None:

@@ -171,6 +171,8 @@ def test_default_images(default: Rendered) -> None:
             "ghcr.io/hami-rs/hami-device-plugin-nvidia:v0.1.0"
         ),
         (name("device-plugin"), "device-plugin"): "ghcr.io/hami-rs/hami-device-plugin-nvidia:v0.1.0",
+        # The monitor ships in the device plugin's image.
+        (name("device-plugin"), "vgpu-monitor"): "ghcr.io/hami-rs/hami-device-plugin-nvidia:v0.1.0",
     }
 
 
@@ -343,6 +345,13 @@ def test_probes_hit_the_admin_ports(default: Rendered) -> None:
     assert dp["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
         assert probe_port(dp, dp[kind]) == admin == 9396
+
+    mon = container(default.get("DaemonSet", name("device-plugin")), "vgpu-monitor")
+    metrics = port_of(args_map(mon["args"])["--metrics-bind-address"])
+    assert mon["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert mon["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    for kind in ("livenessProbe", "readinessProbe", "startupProbe"):
+        assert probe_port(mon, mon[kind]) == metrics == 9394
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -587,6 +596,93 @@ def test_fake_backend_needs_no_privilege(rendered: dict[str, Rendered]) -> None:
     vol = next(v for v in pod_spec(ds)["volumes"] if v["name"] == mount["name"])
     cm = out.get("ConfigMap", vol["configMap"]["name"])
     assert cm["data"][path.rsplit("/", 1)[1]].strip() == VARIANTS["fake-backend"]["devicePlugin"]["fakeDevices"].strip()
+    # The monitor reads the same device file (host series) and touches no device either.
+    mon = container(ds, "vgpu-monitor")
+    margs = args_map(mon["args"])
+    assert (margs["--backend"], margs["--fake-devices"]) == ("fake", path)
+    assert any(path.startswith(m["mountPath"] + "/") and m["name"] == mount["name"] for m in mon["volumeMounts"])
+    msc = mon["securityContext"]
+    assert msc.get("privileged") is not True and msc["allowPrivilegeEscalation"] is False
+    assert msc["capabilities"]["drop"] == ["ALL"]
+
+
+def test_vgpu_monitor_reads_the_directories_the_plugin_creates(default: Rendered) -> None:
+    ds = default.get("DaemonSet", name("device-plugin"))
+    vols = {v["name"]: v for v in pod_spec(ds)["volumes"]}
+    mon = container(ds, "vgpu-monitor")
+    assert mon["command"] == ["/usr/local/bin/hami-vgpu-monitor"]
+    assert args_map(mon["args"]) == {"--metrics-bind-address": "0.0.0.0:9394", "--backend": "nvml"}
+    env = {e["name"]: e for e in mon["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["HOOK_PATH"]["value"] == "/usr/local/vgpu"
+    assert env["HAMI_RESYNC_INTERVAL"]["value"] == "5m"
+    # The plugin's Allocate creates <hook-path>/vgpu/containers/<podUID>_<container>;
+    # the monitor reads <HOOK_PATH>/containers at the same node path.
+    plugin_hook = args_map(container(ds, "device-plugin")["args"])["--hook-path"]
+    containers_dir = f"{plugin_hook}/vgpu/containers"
+    assert env["HOOK_PATH"]["value"] + "/containers" == containers_dir
+    mounts = {m["name"]: m for m in mon["volumeMounts"]}
+    assert mounts["vgpu-containers"]["mountPath"] == containers_dir
+    assert not mounts["vgpu-containers"].get("readOnly"), "the feedback writes into the files"
+    assert vols["vgpu-containers"]["hostPath"] == {"path": containers_dir, "type": "DirectoryOrCreate"}
+    # The device plugin's MIG apply lock (/tmp/hami) pauses the monitor: /tmp is shared.
+    plugin_tmp = next(m for m in container(ds, "device-plugin")["volumeMounts"] if m["mountPath"] == "/tmp")
+    assert mounts["tmp"]["mountPath"] == "/tmp" and plugin_tmp["name"] == "tmp"
+    assert mon["securityContext"]["privileged"] is True, "NVML needs the GPUs' device nodes"
+    assert {p["name"]: p["containerPort"] for p in mon["ports"]} == {"metrics": 9394}
+    assert mon["resources"]["limits"]["memory"] == "128Mi"
+
+
+def test_monitor_service_follows_hamis_and_has_no_servicemonitor_by_default(default: Rendered) -> None:
+    svc = default.get("Service", name("device-plugin-monitor"))
+    assert svc["spec"]["type"] == "ClusterIP"
+    assert svc["spec"]["ports"] == [{"name": "monitorport", "port": 31992, "targetPort": "metrics", "protocol": "TCP"}]
+    labels = default.get("DaemonSet", name("device-plugin"))["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= labels.items()
+    assert not default.all("ServiceMonitor")
+
+
+def test_monitor_options(rendered: dict[str, Rendered]) -> None:
+    out = rendered["monitor-options"]
+    ds = out.get("DaemonSet", name("device-plugin"))
+    mon = container(ds, "vgpu-monitor")
+    assert mon["image"] == "registry.example.com/gpu/hami-vgpu-monitor:v1.2.3"
+    assert args_map(mon["args"]) == {
+        "--metrics-bind-address": "0.0.0.0:9494",
+        "--backend": "nvml",
+        "--legacy-metrics": None,
+        "--feedback-interval": "10s",
+    }
+    assert {e["name"]: e.get("value") for e in mon["env"]}["SCAN_INTERVAL"] == "10s"
+    svc = out.get("Service", name("device-plugin-monitor"))
+    assert svc["spec"]["type"] == "NodePort"
+    [port] = svc["spec"]["ports"]
+    assert (port["port"], port["nodePort"], port["targetPort"]) == (31999, 31999, "metrics")
+    assert {p["name"]: p["containerPort"] for p in mon["ports"]}["metrics"] == 9494
+    assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    sm = out.get("ServiceMonitor", name("device-plugin-monitor"))
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NS]}
+    assert sm["spec"]["endpoints"] == [
+        {"port": "monitorport", "path": "/metrics", "honorLabels": True, "interval": "15s"}
+    ]
+
+
+def test_monitor_from_hami_style_values(rendered: dict[str, Rendered]) -> None:
+    out = rendered["hami-style-values"]
+    mon = container(out.get("DaemonSet", name("device-plugin")), "vgpu-monitor")
+    assert "--legacy-metrics" in args_map(mon["args"])
+    assert {e["name"]: e.get("value") for e in mon["env"]}["HAMI_RESYNC_INTERVAL"] == "10m"
+    assert out.get("Service", name("device-plugin-monitor"))["spec"]["ports"][0]["nodePort"] == 31992
+
+
+def test_monitor_can_be_left_out(rendered: dict[str, Rendered]) -> None:
+    out = rendered["monitor-disabled"]
+    ds = out.get("DaemonSet", name("device-plugin"))
+    assert [c["name"] for c in pod_spec(ds)["containers"]] == ["device-plugin"]
+    assert "vgpu-containers" not in {v["name"] for v in pod_spec(ds)["volumes"]}
+    assert name("device-plugin-monitor") not in out.names("Service")
 
 
 def test_runtime_class_register_interval_and_host_pid(rendered: dict[str, Rendered]) -> None:
@@ -714,6 +810,8 @@ def test_external_node_config_is_used_instead_of_ours() -> None:
         ({"scheduler": {"admissionWebhook": {"failurePolicy": "Retry"}}}, "failurePolicy"),
         ({"scheduler": {"nodeLockExpire": "five minutes"}}, "nodeLockExpire"),
         ({"devicePlugin": {"backend": "rocm"}}, "backend"),
+        ({"devicePlugin": {"monitor": {"ctrPath": "/var/vgpu/containers"}}}, "gpuHookPath"),
+        ({"devicePlugin": {"monitor": {"resyncInterval": "five minutes"}}}, "resyncInterval"),
     ],
 )
 def test_bad_values_are_refused_with_a_reason(values: dict[str, Any], message: str) -> None:
@@ -738,6 +836,9 @@ def test_values_shared_with_hami_keep_hamis_defaults() -> None:
     assert (dp["deviceSplitCount"], dp["deviceMemoryScaling"], dp["deviceCoreScaling"]) == (10, 1, 1)
     assert dp["nvidiaNodeSelector"] == {"gpu": "on"}
     assert dp["pluginPath"] == "/var/lib/kubelet/device-plugins"
+    assert dp["monitor"]["resyncInterval"] == "5m"
+    assert dp["service"]["httpPort"] == 31992
+    assert v["legacyMetrics"] is False and v["prometheus"]["enabled"] is False
     assert v["devices"]["nvidia"] == {**v["devices"]["nvidia"], "gpuCorePolicy": "default", "libCudaLogLevel": 1}
 
 

@@ -12,7 +12,11 @@ import chartlib
 from conftest import VARIANTS
 
 # Kinds that are not built into Kubernetes: checked by the render tests instead.
-CRD_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+CRD_KINDS = {
+    ("cert-manager.io/v1", "Issuer"),
+    ("cert-manager.io/v1", "Certificate"),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+}
 
 
 def test_kubernetes_validate_has_every_supported_minor() -> None:

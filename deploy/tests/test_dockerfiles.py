@@ -1,6 +1,7 @@
 """Checks of deploy/docker that need no Docker engine: hadolint and shellcheck,
 plus structural facts: every COPY source exists, every crate the build needs is
-copied, each image builds exactly one workspace binary and runs it, base images
+copied, each image builds its workspace binary and runs it (the NVIDIA image
+also builds and ships hami-vgpu-monitor, the chart's second container), base images
 are pinned, the Rust builder is new enough for Cargo.lock, the builder's glibc
 matches the runtime's, OCI labels, the user each image runs as, and the ports
 the chart uses."""
@@ -233,6 +234,20 @@ def test_device_plugin_image_carries_hami_core() -> None:
     assert ({"chmod": "0755"}, ["deploy/docker/hami-vgpu-init.sh", "/usr/local/bin/hami-vgpu-init"]) in copies
 
 
+def test_device_plugin_image_carries_the_vgpu_monitor() -> None:
+    df = parsed("hami-device-plugin-nvidia")
+    [build] = [i for i in df.stage("build").all("RUN") if "cargo build" in i.rest]
+    words = build.rest.split()
+    pairs = {(words[i + 1], words[i + 3]) for i, w in enumerate(words) if w == "-p" and words[i + 2] == "--bin"}
+    assert ("hami-vgpu-monitor", "hami-vgpu-monitor") in pairs, build.rest
+    assert "/out/hami-vgpu-monitor" in build.rest
+    copies = [i.flags_and_args() for i in df.final.all("COPY")]
+    assert ({"from": "build"}, ["/out/hami-vgpu-monitor", "/usr/local/bin/hami-vgpu-monitor"]) in copies
+    packages = {p["name"]: p for p in workspace_packages()}
+    bins = {t["name"] for t in packages["hami-vgpu-monitor"]["targets"] if "bin" in t["kind"]}
+    assert "hami-vgpu-monitor" in bins
+
+
 def test_chart_images_and_ports_match_the_dockerfiles() -> None:
     out = chartlib.render({})
     used = {
@@ -241,6 +256,7 @@ def test_chart_images_and_ports_match_the_dockerfiles() -> None:
         "hami-device-plugin-nvidia": [
             container(out.get("DaemonSet", name("device-plugin")), "device-plugin"),
             container(out.get("DaemonSet", name("device-plugin")), "hami-core-install", init=True),
+            container(out.get("DaemonSet", name("device-plugin")), "vgpu-monitor"),
         ],
     }
     for image, containers in used.items():

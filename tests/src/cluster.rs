@@ -177,6 +177,8 @@ impl DemoCluster {
             let mut n = EmulatedNode::create(&spec, node, cluster.dir.path(), &client).await?;
             n.start_agent(&cluster.new_client()?);
             n.start_plugin(&cluster.new_client()?).await?;
+            n.start_workload(&cluster.new_client()?, spec.timing.usage_interval);
+            n.start_monitor(&cluster.new_client()?, spec.timing.usage_interval)?;
             cluster.nodes.push(n);
         }
         cluster.wait_nodes_allocatable().await?;

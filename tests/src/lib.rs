@@ -14,11 +14,13 @@
 //!   **hami-device-plugin-nvidia** on the fake backend, and a node agent that does what
 //!   kubelet does after a pod is bound (device-manager admission, which calls the plugin's
 //!   GetPreferredAllocation and Allocate, then the pod's status; node allocatable from the
-//!   registered devices).
+//!   registered devices), a fake workload writing HAMi-core shared regions for the
+//!   running containers, and our real **hami-vgpu-monitor** reading them.
 //!
 //! Every component can be stopped, started and restarted on its own. [`scenario`] holds
 //! the example pods with what each must get, [`report`] reads back where pods landed,
-//! which GPUs and environment they got, and per-GPU usage, and checks the invariants.
+//! which GPUs and environment they got, and per-GPU usage, and checks the invariants;
+//! [`usage`] scrapes the monitors and checks each container's use against its grant.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,6 +41,7 @@ pub mod node;
 pub mod report;
 pub mod scenario;
 pub mod spec;
+pub mod usage;
 pub mod webhook;
 
 use std::net::SocketAddr;

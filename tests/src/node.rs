@@ -1,6 +1,8 @@
 //! One emulated node: a kubelet emulator in its own device-plugin directory, our real
-//! NVIDIA device plugin on the fake backend, and the node agent.
+//! NVIDIA device plugin on the fake backend, the node agent, the fake workload (HAMi-core
+//! shared regions for the running containers) and our real vGPU monitor.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +11,11 @@ use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
 use hami_device_plugin_nvidia::cli::ConfigArgs;
 use hami_device_plugin_nvidia::fake::FakeBackend;
 use hami_device_plugin_nvidia::settings::{self, Loaded};
+use hami_device_plugin_nvidia::workload::WorkloadSettings;
+use hami_server::supervise::RestartPolicy;
 use hami_testkit::kubelet::{Kubelet, KubeletOptions};
+use hami_vgpu_monitor::run::Settings as MonitorSettings;
+use hami_vgpu_monitor::scan::ScanSettings;
 use kube::Client;
 use prometheus_client::registry::Registry;
 use serde_json::{Map, Value, json};
@@ -42,6 +48,15 @@ pub struct EmulatedNode {
     pub(crate) kubelet: Arc<Kubelet>,
     pub(crate) plugin: Option<RunningPlugin>,
     pub(crate) agent: Option<Running>,
+    pub(crate) workload: Option<Running>,
+    pub(crate) monitor: Option<RunningMonitor>,
+}
+
+#[derive(Debug)]
+pub(crate) struct RunningMonitor {
+    pub running: Running,
+    /// `/metrics`, `/readyz`.
+    pub addr: SocketAddr,
 }
 
 impl EmulatedNode {
@@ -113,6 +128,8 @@ impl EmulatedNode {
             kubelet: Arc::new(kubelet),
             plugin: None,
             agent: None,
+            workload: None,
+            monitor: None,
         })
     }
 
@@ -232,12 +249,93 @@ impl EmulatedNode {
         }
     }
 
+    /// Starts the fake workload: HAMi-core shared regions for this node's running
+    /// containers that hold GPUs, rewritten every `interval`.
+    pub(crate) fn start_workload(&mut self, client: &Client, interval: Duration) {
+        if self.workload.is_some() {
+            return;
+        }
+        let stop = CancellationToken::new();
+        let settings = WorkloadSettings {
+            node: self.spec.name.clone(),
+            hook_path: self.hook_path.clone(),
+            interval,
+        };
+        self.workload = Some(Running::spawn(
+            format!("fake workload of {}", self.spec.name),
+            stop.clone(),
+            hami_device_plugin_nvidia::workload::run(client.clone(), settings, stop),
+        ));
+    }
+
+    /// Starts the vGPU monitor on `<hook>/vgpu/containers` (where the plugin's Allocate
+    /// creates the container directories) with the fake backend's device file.
+    pub(crate) fn start_monitor(
+        &mut self,
+        client: &Client,
+        interval: Duration,
+    ) -> Result<(), HarnessError> {
+        if self.monitor.is_some() {
+            return Ok(());
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(HarnessError::io("binding the monitor's metrics port"))?;
+        let addr = listener
+            .local_addr()
+            .map_err(HarnessError::io("the monitor's metrics address"))?;
+        let vgpu = self.hook_path.join("vgpu");
+        let settings = MonitorSettings {
+            node: self.spec.name.clone(),
+            scan: ScanSettings {
+                containers_dir: vgpu.join("containers"),
+                resync_interval: Duration::from_secs(300),
+                mig_apply_lock: vgpu.join("hami-mig-apply.lock"),
+            },
+            scan_interval: interval,
+            feedback_interval: Some(interval),
+            legacy_metrics: false,
+            restart: RestartPolicy::default(),
+        };
+        let stop = CancellationToken::new();
+        let activity = Arc::new(FakeBackend::new(&self.device_file));
+        let (_, supervisor) = hami_vgpu_monitor::run::start(
+            settings,
+            activity,
+            client.clone(),
+            listener,
+            stop.clone(),
+        )
+        .map_err(|e| HarnessError::Setup(format!("vGPU monitor of {}: {e}", self.spec.name)))?;
+        self.monitor = Some(RunningMonitor {
+            running: Running::spawn(
+                format!("hami-vgpu-monitor on {}", self.spec.name),
+                stop,
+                supervisor.run(),
+            ),
+            addr,
+        });
+        Ok(())
+    }
+
+    /// The monitor's `/metrics` address, while it runs.
+    pub fn monitor_addr(&self) -> Option<SocketAddr> {
+        self.monitor.as_ref().map(|m| m.addr)
+    }
+
     /// Stops everything on the node.
     pub(crate) async fn stop(&mut self) -> Result<(), HarnessError> {
+        let monitor = match self.monitor.take() {
+            Some(m) => m.running.stop().await,
+            None => Ok(()),
+        };
+        let workload = match self.workload.take() {
+            Some(w) => w.stop().await,
+            None => Ok(()),
+        };
         let agent = self.stop_agent().await;
         let plugin = self.stop_plugin().await;
         self.kubelet.stop().await;
-        agent.and(plugin)
+        monitor.and(workload).and(agent).and(plugin)
     }
 }
 

@@ -13,9 +13,12 @@ use serde_json::Value;
 
 use crate::cluster::{DemoCluster, Settled};
 use crate::report::{ClusterReport, MountReport, PodReport};
+use crate::usage::UsageReport;
 
 /// How long one pod may take to settle.
 pub const SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the nodes' vGPU monitors may take to report every running container.
+pub const USAGE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// How the pod must end up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,6 +188,8 @@ pub fn demo_examples() -> Vec<Example> {
 #[derive(Debug, Clone)]
 pub struct RunOutcome {
     pub report: ClusterReport,
+    /// Per-container GPU use as the nodes' vGPU monitors report it (filled by [`run`]).
+    pub usage: UsageReport,
     /// `(pod, what is wrong)`; empty when every example got what it must.
     pub problems: Vec<(String, String)>,
 }
@@ -196,7 +201,8 @@ impl RunOutcome {
 }
 
 /// Submits the examples one at a time (each settles before the next, so placements do
-/// not depend on timing), then reads the report and checks every example.
+/// not depend on timing), then reads the report and checks every example, and what the
+/// nodes' vGPU monitors report for their containers.
 pub async fn run(cluster: &DemoCluster, examples: &[Example]) -> RunOutcome {
     let mut problems = Vec::new();
     for ex in examples {
@@ -206,6 +212,14 @@ pub async fn run(cluster: &DemoCluster, examples: &[Example]) -> RunOutcome {
     }
     let mut outcome = check(cluster, examples).await;
     problems.append(&mut outcome.problems);
+    outcome.usage = UsageReport::collect(cluster, &outcome.report, USAGE_TIMEOUT).await;
+    problems.extend(
+        outcome
+            .usage
+            .problems
+            .iter()
+            .map(|p| ("gpu usage".to_string(), p.clone())),
+    );
     outcome.problems = problems;
     outcome
 }
@@ -255,7 +269,11 @@ pub async fn check(cluster: &DemoCluster, examples: &[Example]) -> RunOutcome {
             None => problems.push((ex.name().to_string(), "missing from the report".into())),
         }
     }
-    RunOutcome { report, problems }
+    RunOutcome {
+        report,
+        usage: UsageReport::default(),
+        problems,
+    }
 }
 
 /// Waits (bounded) for a Warning event with `reason` about the pod.

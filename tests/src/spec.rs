@@ -87,6 +87,10 @@ pub struct Timing {
     pub registry_interval: Duration,
     /// How often each device plugin re-checks its node annotation.
     pub register_interval: Duration,
+    /// How often each node's fake workload rewrites its containers' shared regions, and
+    /// its vGPU monitor scans them (the chart's monitor: 5 s; short here so usage is
+    /// reported as soon as the pods run).
+    pub usage_interval: Duration,
 }
 
 impl Default for Timing {
@@ -97,6 +101,7 @@ impl Default for Timing {
             node_lock_wait: Duration::from_secs(20),
             registry_interval: Duration::from_secs(15),
             register_interval: Duration::from_secs(30),
+            usage_interval: Duration::from_millis(100),
         }
     }
 }

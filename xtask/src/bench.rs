@@ -130,12 +130,12 @@ fn pending_pod(i: usize) -> Value {
     })
 }
 
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
 }
 
-fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
+pub(crate) fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
     let text = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {url}\n\
          users:\n- name: emulator\n  user: {{}}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n\
@@ -144,8 +144,30 @@ fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
+/// Starts `binary` with `args` (warnings only on stderr) against the emulator behind
+/// `kubeconfig`; the child (killed when dropped) and its pid.
+pub(crate) fn spawn(
+    binary: &Path,
+    args: &[String],
+    kubeconfig: &Path,
+) -> anyhow::Result<(tokio::process::Child, u32)> {
+    let child = tokio::process::Command::new(binary)
+        .args(args)
+        .arg("--log-level=warn")
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", binary.display()))?;
+    let pid = child
+        .id()
+        .with_context(|| format!("{} exited at once", binary.display()))?;
+    Ok((child, pid))
+}
+
 /// VmRSS and VmHWM of `pid`, in MiB.
-fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
+pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
     let field = |name: &str| -> Option<f64> {
         status
@@ -161,7 +183,7 @@ fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
     ))
 }
 
-async fn get_status(port: u16, path: &str) -> Option<u16> {
+pub(crate) async fn get_status(port: u16, path: &str) -> Option<u16> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -209,9 +231,9 @@ async fn time_filters(
     Ok(latencies)
 }
 
-/// Asks the extender to shut down (SIGTERM, as kubelet does), killing it if it does not
-/// exit within a few seconds.
-async fn stop(child: &mut tokio::process::Child, pid: u32) {
+/// Asks the benchmarked binary to shut down (SIGTERM, as kubelet does), killing it if it
+/// does not exit within a few seconds.
+pub(crate) async fn stop(child: &mut tokio::process::Child, pid: u32) {
     let _ = tokio::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()
@@ -256,7 +278,7 @@ async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
     (count > 0.0).then(|| sum / count * 1e6)
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -298,17 +320,14 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     let kubeconfig = dir.join("kubeconfig");
     write_kubeconfig(&kubeconfig, &server.url())?;
     let (http, admin) = (free_port()?, free_port()?);
-    let mut child = tokio::process::Command::new(&args.binary)
-        .arg(format!("--http_bind=127.0.0.1:{http}"))
-        .arg(format!("--metrics-bind-address=127.0.0.1:{admin}"))
-        .arg("--log-level=warn")
-        .env("KUBECONFIG", &kubeconfig)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", args.binary.display()))?;
-    let pid = child.id().context("extender exited at once")?;
+    let (mut child, pid) = spawn(
+        &args.binary,
+        &[
+            format!("--http_bind=127.0.0.1:{http}"),
+            format!("--metrics-bind-address=127.0.0.1:{admin}"),
+        ],
+        &kubeconfig,
+    )?;
 
     let started = Instant::now();
     loop {

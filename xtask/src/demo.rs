@@ -109,6 +109,7 @@ fn json_document(
         "nodes": nodes,
         "pods": pods,
         "gpus": outcome.report.gpus,
+        "usage": outcome.usage,
         "violations": outcome.report.violations,
         "problems": problems,
     })
@@ -143,7 +144,7 @@ fn text(
     );
     let _ = writeln!(
         out,
-        "  nodes                 kubelet emulator + hami-device-plugin-nvidia (fake GPUs, split {split}) + node agent each"
+        "  nodes                 kubelet emulator + hami-device-plugin-nvidia (fake GPUs, split {split}) + node agent + fake workload + hami-vgpu-monitor each"
     );
     let _ = writeln!(out, "  ready in              {:.1}s\n", ready.as_secs_f64());
     let _ = writeln!(out, "Nodes");
@@ -193,6 +194,7 @@ fn text(
     }
     let _ = writeln!(out);
     out.push_str(&outcome.report.render_text());
+    out.push_str(&outcome.usage.render_text());
     let running = outcome
         .report
         .pods

@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: repository tasks that need more than a shell line.
 
 mod bench;
+mod bench_monitor;
 mod demo;
 
 use std::path::PathBuf;
@@ -31,21 +32,28 @@ enum Task {
         by a kube-scheduler emulator configured like the Helm chart (filter, bind, nodeCacheCapable, \
         managed resources ignoredByScheduler); and three nodes (2 x A100 80GB, 4 x T4 16GB, \
         1 x H100 80GB, different NUMA layouts), each with a kubelet emulator, the real \
-        hami-device-plugin-nvidia on fake GPUs and a node agent that admits bound pods (calling \
-        the plugin's GetPreferredAllocation and Allocate) and sets their status.\n\n\
+        hami-device-plugin-nvidia on fake GPUs, a node agent that admits bound pods (calling \
+        the plugin's GetPreferredAllocation and Allocate) and sets their status, a fake workload \
+        that writes HAMi-core shared regions for the running containers and the real \
+        hami-vgpu-monitor reading them.\n\n\
         The example pods ask for slices by memory (MiB and percent) and compute, a whole card, two \
         GPUs, several containers, a GPU model, NUMA binding and per-pod policies, and one cannot \
         fit anywhere. They are submitted one at a time the way a user submits them. The report \
         shows where each pod landed, the GPUs (UUID, MiB, compute %) and the environment and \
-        mounts each container got from Allocate, why the misfit stays Pending, and per-GPU usage. \
+        mounts each container got from Allocate, why the misfit stays Pending, per-GPU usage, and \
+        per container the memory in use, its limit and the SM utilisation the monitors report next \
+        to what the scheduler granted. \
         Every pod is checked against what it asked for (annotations, bind phase, node lock, exact \
-        env and mounts) and every GPU against its capacity: the exit status is 1 when anything \
+        env and mounts), every GPU against its capacity and every container's reported use against \
+        its grant (limit = grant, used <= limit): the exit status is 1 when anything \
         misbehaved."
     )]
     Demo {
         /// Print one JSON document instead of the text report: `ok`, `nodes`, `pods`
         /// (name, node, phase, reason, containers[{name, devices[{uuid, usedmem,
-        /// usedcores}], env}]), `gpus` (per-GPU usage), `violations`, `problems`.
+        /// usedcores}], env}]), `gpus` (per-GPU usage), `usage` (per container device: the
+        /// monitors' used/limit bytes and utilisation next to the grant), `violations`,
+        /// `problems`.
         #[arg(long, env = "HAMI_DEMO_JSON")]
         json: bool,
         /// Component logs on stderr (RUST_LOG syntax, e.g. `info` or
@@ -67,6 +75,24 @@ enum Task {
         #[arg(long, default_value_t = 200)]
         warmup: usize,
         /// Use this hami-scheduler binary instead of building it in release mode.
+        #[arg(long)]
+        binary: Option<PathBuf>,
+    },
+    /// Benchmark the real hami-vgpu-monitor binary on one node with many containers
+    /// (HAMi-core regions on disk, pods in the API server emulator). Prints one JSON
+    /// object: scan_ms_p50/max (as the monitor reports its scans), scrape_ms_p50/p99 and
+    /// scrape_bytes of /metrics, rss_mib and rss_peak_mib (from /proc).
+    BenchMonitor {
+        /// Containers on the node.
+        #[arg(long, default_value_t = 1_000)]
+        containers: usize,
+        /// GPUs per container.
+        #[arg(long, default_value_t = 4)]
+        devices: usize,
+        /// Timed scrapes of /metrics.
+        #[arg(long, default_value_t = 50)]
+        scrapes: usize,
+        /// Use this hami-vgpu-monitor binary instead of building it in release mode.
         #[arg(long)]
         binary: Option<PathBuf>,
     },
@@ -138,6 +164,28 @@ async fn main() -> anyhow::Result<()> {
                 let line = bench::run_scenario(s, &args).await?;
                 println!("{line}");
             }
+            Ok(())
+        }
+        Task::BenchMonitor {
+            containers,
+            devices,
+            scrapes,
+            binary,
+        } => {
+            if !(1..=16).contains(&devices) {
+                bail!("--devices must be 1 to 16 (a HAMi-core region holds 16)");
+            }
+            let binary = match binary {
+                Some(b) => b,
+                None => build_release("hami-vgpu-monitor", "hami-vgpu-monitor")?,
+            };
+            let args = bench_monitor::MonitorBenchArgs {
+                containers,
+                devices,
+                scrapes,
+                binary,
+            };
+            println!("{}", bench_monitor::run(&args).await?);
             Ok(())
         }
     }

@@ -5,15 +5,16 @@ use std::fmt::Write as _;
 
 use anyhow::Context;
 use hami_core::engine::{PodPlan, SchedulerDefaults, allocation_annotations, place};
-use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
+use hami_core::holding::Expiry;
 use hami_core::model::ContainerDevice;
 use hami_core::pod::pod_name;
-use hami_core::vendor::{NodeView, VendorRegistry};
+use hami_core::vendor::VendorRegistry;
 use hami_server::device_config::load_device_config;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 
 use crate::snapshot::{load_pod, load_snapshot};
+use crate::usage::{SnapshotUsage, snapshot_usage};
 use crate::{ExplainArgs, OutputFormat};
 
 pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
@@ -21,48 +22,33 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     let registry = VendorRegistry::from_config(&config);
     let snap = load_snapshot(&args.snapshot)?;
     let pod = load_pod(&args.pod)?;
-    let mut warnings: Vec<String> = snap
+    let now = match args.now {
+        Some(t) => t,
+        None => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64),
+    };
+    let expiry = Expiry::new(
+        now,
+        i64::try_from(args.reservation_timeout.as_secs()).unwrap_or(i64::MAX),
+    );
+    let SnapshotUsage {
+        ledger,
+        candidates,
+        warnings: usage_warnings,
+    } = snapshot_usage(
+        &snap.nodes,
+        &snap.pods,
+        &registry,
+        expiry,
+        pod.metadata.uid.as_deref(),
+    );
+    let warnings: Vec<String> = snap
         .skipped
         .iter()
         .map(|s| format!("snapshot: skipped {s}"))
+        .chain(usage_warnings)
         .collect();
-
-    let mut ledger = Ledger::new();
-    let mut candidates = Vec::new();
-    for node in &snap.nodes {
-        let name = node.metadata.name.clone().unwrap_or_default();
-        let (inventory, issues) = NodeInventory::from_node(&NodeView::of(node), &registry);
-        for i in issues {
-            warnings.push(format!("node {name}: {}: {}", i.annotation, i.error));
-        }
-        if !inventory.vendors.is_empty() {
-            ledger.set_node(&name, inventory);
-        }
-        candidates.push(name);
-    }
-    candidates.sort();
-    candidates.dedup();
-
-    let own_uid = pod.metadata.uid.clone();
-    for p in &snap.pods {
-        if own_uid.is_some() && p.metadata.uid == own_uid {
-            continue; // the pod being explained must not count against itself
-        }
-        match PodRecord::from_pod(p, &registry) {
-            Ok(Some(rec)) => {
-                let report = ledger.apply_pod(rec);
-                if !report.unknown_devices.is_empty() {
-                    warnings.push(format!(
-                        "pod {}: holds devices its node does not register: {}",
-                        pod_name(p),
-                        report.unknown_devices.join(",")
-                    ));
-                }
-            }
-            Ok(None) => {}
-            Err(e) => warnings.push(format!("ignoring usage of {e}")),
-        }
-    }
 
     let defaults = SchedulerDefaults {
         node_policy: args.node_policy,
@@ -79,9 +65,6 @@ pub fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     } else {
         Some(place(&plan, &registry, &ledger, &candidates))
     };
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
 
     let chosen = placement.as_ref().and_then(|p| p.chosen.as_ref());
     let containers: Vec<Vec<ContainerDevice>> = match chosen {

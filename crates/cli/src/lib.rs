@@ -3,6 +3,7 @@
 mod decode;
 mod explain;
 mod snapshot;
+pub mod usage;
 
 use std::path::PathBuf;
 
@@ -65,7 +66,9 @@ pub enum OutputFormat {
 pub struct ExplainArgs {
     /// Cluster snapshot: what `kubectl get nodes,pods -A -o json` prints (a v1 List,
     /// JSON or YAML). Nodes carry register annotations; pods with
-    /// `hami.io/vgpu-node` + `hami.io/vgpu-devices-allocated` count as usage.
+    /// `hami.io/vgpu-node` + `hami.io/vgpu-devices-allocated` count as usage by
+    /// hami-scheduler's rules (bound there and not terminated, or unbound within the
+    /// reservation timeout).
     #[arg(long)]
     pub snapshot: PathBuf,
     /// The pod to place (a Pod manifest, JSON or YAML).
@@ -87,6 +90,14 @@ pub struct ExplainArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+    /// An unbound pod's GPU assignment counts this long after its `hami.io/vgpu-time`,
+    /// as in hami-scheduler (same flag, same default).
+    #[arg(long, default_value = "2m", value_parser = hami_server::flags::parse_go_duration, value_name = "DURATION")]
+    pub reservation_timeout: std::time::Duration,
+    /// Judge the snapshot at this time (Unix seconds) instead of now: unbound pods'
+    /// assignments expire relative to it.
+    #[arg(long)]
+    pub now: Option<i64>,
 }
 
 /// Runs a command and returns what to print on stdout.

@@ -325,3 +325,53 @@ fn simulate_lists_policies_and_replays_a_small_trace() {
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Unbound pods count only within the reservation timeout of their decision, as in
+/// hami-scheduler; `--now` and `--reservation-timeout` set the judgement.
+#[test]
+fn explain_counts_unbound_pods_until_their_reservation_expires() {
+    let mut snapshot: Value =
+        serde_json::from_str(&std::fs::read_to_string(example("snapshot.json")).unwrap()).unwrap();
+    let all_of_a100_2: String = (0..4)
+        .map(|i| format!("GPU-a100-2-{i},NVIDIA,40000,10:"))
+        .collect::<String>()
+        + ";";
+    snapshot["items"].as_array_mut().unwrap().push(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "waiting", "namespace": "ml", "uid": "u-waiting", "annotations": {
+            "hami.io/vgpu-node": "gpu-a100-2",
+            "hami.io/vgpu-time": "1800000000",
+            "hami.io/vgpu-devices-allocated": all_of_a100_2,
+        }},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "main", "image": "cuda"}]},
+        "status": {"phase": "Pending"}
+    }));
+    let dir = std::env::temp_dir().join(format!("hamictl-expiry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("snapshot.json");
+    std::fs::write(&path, snapshot.to_string()).unwrap();
+    let pod = example("pod.yaml");
+    let explain = |extra: &[&str]| {
+        let mut args = vec![
+            "explain",
+            "--snapshot",
+            path.to_str().unwrap(),
+            "--pod",
+            &pod,
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        json_of(&hamictl(&args))
+    };
+    let held = explain(&["--now", "1800000010"]);
+    assert_eq!(
+        held["failed_nodes"]["gpu-a100-2"], "4/4 CardInsufficientMemory",
+        "{held}"
+    );
+    let expired = explain(&["--now", "1800000120"]);
+    assert!(expired["scores"]["gpu-a100-2"].is_number(), "{expired}");
+    let short = explain(&["--now", "1800000010", "--reservation-timeout", "5s"]);
+    assert!(short["scores"]["gpu-a100-2"].is_number(), "{short}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -3,10 +3,11 @@
 //! No I/O, no async, no Kubernetes client: services feed it objects and get back
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
-//! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`] and
-//! [`ledger`] (usage), [`engine`] (one pod over many nodes). [`pod`] holds the rules about
-//! pods every component shares, [`sync`] the one poison-tolerant locking rule every crate
-//! uses.
+//! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
+//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes). [`pod`] holds
+//! the rules about pods every component shares, [`sync`] the one poison-tolerant locking
+//! rule every crate uses. Beside them, [`shared_region`]: HAMi-core's per-container cache
+//! file, as the node monitor reads it.
 
 pub mod accounting;
 pub mod annotations;
@@ -15,6 +16,7 @@ pub mod config;
 pub mod engine;
 pub mod fit;
 pub mod frag;
+pub mod holding;
 pub mod ledger;
 pub mod model;
 pub mod pod;
@@ -22,5 +24,6 @@ pub mod policy;
 pub mod reason;
 pub mod request;
 pub mod score;
+pub mod shared_region;
 pub mod sync;
 pub mod vendor;

@@ -36,6 +36,14 @@ pub fn is_sidecar(init_container: &Container) -> bool {
     is_sidecar_restart_policy(init_container.restart_policy.as_deref())
 }
 
+/// The node the pod is bound to (`spec.nodeName`), if any.
+pub fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
 /// `namespace/name`, as logs and messages name a pod. A pod read from a file may lack a
 /// namespace: it is `default`, where the API server would put it.
 pub fn pod_name(pod: &Pod) -> String {

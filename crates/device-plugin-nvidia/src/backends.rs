@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use hami_device_plugin::{BackendError, DeviceBackend};
 
+use crate::activity::ActivitySource;
 use crate::cli::{BackendArgs, BackendKind};
 use crate::fake::FakeBackend;
 use crate::health::HealthChecks;
@@ -51,6 +52,14 @@ impl Selected {
     }
 
     pub fn backend(&self) -> Arc<dyn DeviceBackend> {
+        match self {
+            Selected::Nvml(b) => b.clone(),
+            Selected::Fake(b) => b.clone(),
+        }
+    }
+
+    /// The same GPUs as an activity source (the vGPU monitor's host series).
+    pub fn activity(&self) -> Arc<dyn ActivitySource> {
         match self {
             Selected::Nvml(b) => b.clone(),
             Selected::Fake(b) => b.clone(),

@@ -136,6 +136,17 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub config: ConfigArgs,
+
+    /// With `--backend fake`: write a HAMi-core shared region for every running container
+    /// granted GPUs on this node (usage within the grant, varying over time), so the vGPU
+    /// monitor has something to report on a cluster without GPUs.
+    #[arg(long, env = "FAKE_WORKLOAD", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub fake_workload: bool,
+
+    /// How often the fake workload's regions are updated.
+    #[arg(long, env = "FAKE_WORKLOAD_INTERVAL", default_value = "5s", value_parser = parse_go_duration)]
+    pub fake_workload_interval: Duration,
 }
 
 /// Flags of `discover`.

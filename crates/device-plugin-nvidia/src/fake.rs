@@ -9,6 +9,9 @@
 //!     numa: 0                # optional
 //!     healthy: true          # optional, default true
 //!     index: 0               # optional, default: position in the list
+//!     used_memory: 2048      # optional, MiB in use (the monitor's host series), default 0
+//!     utilization: 35        # optional, percent busy, default 0
+//!     memory_utilization: 10 # optional, percent of memory bandwidth, default 0
 //! ```
 //! A bare list of devices is accepted as well.
 
@@ -22,6 +25,7 @@ use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::activity::{ActivitySource, GpuActivity};
 use crate::nvml::device_type;
 
 const NAME: &str = "fake";
@@ -49,6 +53,15 @@ struct FakeDevice {
     numa: Option<i32>,
     #[serde(default = "yes")]
     healthy: bool,
+    /// MiB in use.
+    #[serde(default)]
+    used_memory: u64,
+    /// Percent.
+    #[serde(default)]
+    utilization: u32,
+    /// Percent.
+    #[serde(default)]
+    memory_utilization: u32,
 }
 
 fn default_model() -> String {
@@ -75,6 +88,53 @@ pub enum FakeError {
 
 /// Parses a device file's text.
 pub fn parse_devices(text: &str, path: &Path) -> Result<Vec<PhysicalDevice>, FakeError> {
+    Ok(parse_file(text, path)?
+        .into_iter()
+        .map(|(d, index)| PhysicalDevice {
+            uuid: d.uuid,
+            index,
+            model: device_type(d.model.trim()),
+            memory_mib: d.memory,
+            numa: d.numa,
+            healthy: d.healthy,
+        })
+        .collect())
+}
+
+/// The activity a device file declares (what NVML would measure).
+pub fn parse_activity(text: &str, path: &Path) -> Result<Vec<GpuActivity>, FakeError> {
+    let invalid = |detail: String| FakeError::Invalid {
+        path: path.to_path_buf(),
+        detail,
+    };
+    parse_file(text, path)?
+        .into_iter()
+        .map(|(d, index)| {
+            if d.used_memory > d.memory {
+                return Err(invalid(format!(
+                    "device {}: used_memory {} MiB is more than its memory {} MiB",
+                    d.uuid, d.used_memory, d.memory
+                )));
+            }
+            if d.utilization > 100 || d.memory_utilization > 100 {
+                return Err(invalid(format!(
+                    "device {}: utilization and memory_utilization are percentages (0-100)",
+                    d.uuid
+                )));
+            }
+            Ok(GpuActivity {
+                index,
+                name: d.model.trim().to_string(),
+                memory_used_bytes: Some(d.used_memory * 1024 * 1024),
+                utilization: Some((d.utilization, d.memory_utilization)),
+                uuid: d.uuid,
+            })
+        })
+        .collect()
+}
+
+/// The file's devices, checked, with their indexes.
+fn parse_file(text: &str, path: &Path) -> Result<Vec<(FakeDevice, u32)>, FakeError> {
     let file: FakeFile = serde_yaml_ng::from_str(text).map_err(|e| FakeError::Parse {
         path: path.to_path_buf(),
         detail: e.to_string(),
@@ -88,7 +148,7 @@ pub fn parse_devices(text: &str, path: &Path) -> Result<Vec<PhysicalDevice>, Fak
     };
     let mut seen = BTreeSet::new();
     let mut out = Vec::with_capacity(list.len());
-    for (i, d) in list.into_iter().enumerate() {
+    for (i, mut d) in list.into_iter().enumerate() {
         let uuid = d.uuid.trim().to_string();
         if uuid.is_empty() || uuid.contains([',', ':', ';']) {
             return Err(invalid(format!(
@@ -101,25 +161,23 @@ pub fn parse_devices(text: &str, path: &Path) -> Result<Vec<PhysicalDevice>, Fak
         if d.memory == 0 {
             return Err(invalid(format!("device {uuid}: memory must be > 0 MiB")));
         }
-        out.push(PhysicalDevice {
-            uuid,
-            index: d.index.unwrap_or(i as u32),
-            model: device_type(d.model.trim()),
-            memory_mib: d.memory,
-            numa: d.numa,
-            healthy: d.healthy,
-        });
+        let index = d.index.unwrap_or(i as u32);
+        d.uuid = uuid;
+        out.push((d, index));
     }
     Ok(out)
 }
 
 /// Reads and parses the device file.
 pub fn read_devices(path: &Path) -> Result<Vec<PhysicalDevice>, FakeError> {
-    let text = std::fs::read_to_string(path).map_err(|source| FakeError::Read {
+    parse_devices(&read_text(path)?, path)
+}
+
+fn read_text(path: &Path) -> Result<String, FakeError> {
+    std::fs::read_to_string(path).map_err(|source| FakeError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    parse_devices(&text, path)
+    })
 }
 
 #[derive(Debug)]
@@ -130,6 +188,17 @@ pub struct FakeBackend {
 impl FakeBackend {
     pub fn new(path: impl Into<PathBuf>) -> Self {
         FakeBackend { path: path.into() }
+    }
+}
+
+impl ActivitySource for FakeBackend {
+    fn activity(&self) -> Result<Vec<GpuActivity>, BackendError> {
+        read_text(&self.path)
+            .and_then(|text| parse_activity(&text, &self.path))
+            .map_err(|e| BackendError::Discovery {
+                backend: NAME.into(),
+                detail: e.to_string(),
+            })
     }
 }
 
@@ -240,6 +309,20 @@ mod tests {
         )
         .unwrap();
         assert_eq!(j[0].model, "NVIDIA A100");
+        let a = parse_activity(
+            "- {uuid: GPU-0, model: Tesla T4, memory: 100, used_memory: 40, utilization: 35, memory_utilization: 9, index: 3}\n- {uuid: GPU-1, memory: 100}",
+            p,
+        )
+        .unwrap();
+        assert_eq!(a[0].memory_used_bytes, Some(40 << 20));
+        assert_eq!(
+            (a[0].index, a[0].name.as_str(), a[0].utilization),
+            (3, "Tesla T4", Some((35, 9)))
+        );
+        assert_eq!(
+            (a[1].memory_used_bytes, a[1].utilization),
+            (Some(0), Some((0, 0)))
+        );
     }
 
     #[test]
@@ -252,6 +335,11 @@ mod tests {
         assert!(msg("- {uuid: '', memory: 1}").contains("empty"));
         assert!(msg("- {uuid: 'a,b', memory: 1}").contains("contains"));
         assert!(msg("- {uuid: a, memory: 0}").contains("memory must be > 0"));
+        let activity = |t: &str| parse_activity(t, p).unwrap_err().to_string();
+        assert!(
+            activity("- {uuid: a, memory: 1, used_memory: 2}").contains("more than its memory")
+        );
+        assert!(activity("- {uuid: a, memory: 1, utilization: 101}").contains("percentages"));
         assert!(
             read_devices(Path::new("/nonexistent/x.yaml"))
                 .unwrap_err()

@@ -14,6 +14,7 @@ use nvml_wrapper::{Device, Nvml};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::activity::{ActivitySource, GpuActivity};
 use crate::health::{HealthChecks, Monitor, Signal};
 
 const NAME: &str = "nvml";
@@ -137,6 +138,56 @@ pub fn numa_node(sysfs: &Path, bus_id: &str) -> Option<i32> {
     let text = std::fs::read_to_string(&path).ok()?;
     let n: i32 = text.trim().parse().ok()?;
     Some(n.max(0))
+}
+
+impl ActivitySource for NvmlBackend {
+    fn activity(&self) -> Result<Vec<GpuActivity>, BackendError> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|e| BackendError::Discovery {
+                backend: NAME.into(),
+                detail: err("device count", e),
+            })?;
+        let mut out = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let described = self.nvml.device_by_index(i).and_then(|dev| {
+                let uuid = dev.uuid()?;
+                let name = dev.name()?;
+                Ok((dev, uuid, name))
+            });
+            let (dev, uuid, name) = match described {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::warn!(index = i, error = %e, "GPU not queryable; left out of the host series");
+                    continue;
+                }
+            };
+            let memory_used_bytes = match dev.memory_info() {
+                Ok(m) => Some(m.used),
+                Err(NvmlError::NotSupported) => None,
+                Err(e) => {
+                    tracing::debug!(%uuid, error = %e, "no memory information");
+                    None
+                }
+            };
+            let utilization = match dev.utilization_rates() {
+                Ok(u) => Some((u.gpu, u.memory)),
+                Err(e) => {
+                    tracing::debug!(%uuid, error = %e, "no utilisation rates");
+                    None
+                }
+            };
+            out.push(GpuActivity {
+                index: dev.index().unwrap_or(i),
+                name,
+                uuid,
+                memory_used_bytes,
+                utilization,
+            });
+        }
+        Ok(out)
+    }
 }
 
 impl DeviceBackend for NvmlBackend {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use hami_device_plugin::{DeviceBackend, Metrics, Plugin, PluginConfig, PluginError, PluginStatus};
 use hami_server::CancellationToken;
 use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::supervise::{RestartPolicy, Supervisor};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
@@ -32,6 +33,10 @@ pub enum RunError {
     },
     #[error(transparent)]
     Serve(#[from] hami_server::ServeError),
+    #[error("--fake-workload needs --backend fake: real GPUs have HAMi-core write their regions")]
+    FakeWorkloadNeedsFake,
+    #[error(transparent)]
+    GaveUp(#[from] hami_server::supervise::GaveUp),
 }
 
 /// Parses the flags into the framework configuration.
@@ -121,5 +126,30 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
         admin = %args.admin.address,
         "hami-device-plugin-nvidia starting"
     );
-    serve(cfg, selected.backend(), client, admin_listener, shutdown).await
+    if !args.fake_workload {
+        return serve(cfg, selected.backend(), client, admin_listener, shutdown).await;
+    }
+    if !matches!(selected, Selected::Fake(_)) {
+        return Err(RunError::FakeWorkloadNeedsFake);
+    }
+    let settings = crate::workload::WorkloadSettings {
+        node: cfg.node_name.clone(),
+        hook_path: args.config.hook_path.clone(),
+        interval: args.fake_workload_interval,
+    };
+    let mut workload = Supervisor::new(
+        Readiness::ready(),
+        shutdown.clone(),
+        RestartPolicy::default(),
+    );
+    let c = client.clone();
+    workload.spawn("fake workload", move |stop| {
+        crate::workload::run(c.clone(), settings.clone(), stop)
+    });
+    let (served, supervised) = tokio::join!(
+        serve(cfg, selected.backend(), client, admin_listener, shutdown),
+        workload.run()
+    );
+    supervised?;
+    served
 }

@@ -89,6 +89,8 @@ fn serve_args(dir: &Path, files: &Path) -> ServeArgs {
             hook_path: files.join("hook"),
             libvgpu_version: None,
         },
+        fake_workload: false,
+        fake_workload_interval: Duration::from_secs(5),
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use crate::backoff::{Backoff, retry};
 use crate::libvgpu::{ContainerGrant, ResponseError, container_response, control_disabled};
-use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod};
+use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, trace_pod};
 use crate::shared::Shared;
 use hami_core::pod::pod_name;
 
@@ -111,6 +111,7 @@ pub(crate) async fn allocate(
 ) -> Result<AllocateResponse, AllocateError> {
     let _one_at_a_time = shared.allocate_lock.lock().await;
     let pod = find_pending_pod(&shared.kube, &shared.cfg).await?;
+    trace_pod(&pod);
     let key = pod_name(&pod);
     match allocate_for(shared, &pod, request).await {
         Ok(response) => {

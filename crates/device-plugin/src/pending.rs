@@ -34,6 +34,18 @@ impl LookupError {
     }
 }
 
+/// Names `pod` on the current call's span: kubelet's calls do not say which pod they
+/// are for, the pending pod found for them does.
+pub(crate) fn trace_pod(pod: &Pod) {
+    let meta = &pod.metadata;
+    hami_server::trace::record_pod(
+        &tracing::Span::current(),
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+        meta.uid.as_deref().unwrap_or_default(),
+    );
+}
+
 /// Why `pod` is not a pod the scheduler placed on `node` and left for this plugin, or
 /// `None` when it is.
 pub fn not_pending_reason(pod: &Pod, cfg: &PluginConfig) -> Option<String> {

@@ -10,7 +10,7 @@ use hami_kubelet_api::v1beta1::{
 
 use crate::config::PluginConfig;
 use crate::inventory::Inventory;
-use crate::pending::find_pending_pod;
+use crate::pending::{find_pending_pod, trace_pod};
 use crate::shared::Shared;
 use hami_core::pod::pod_name;
 
@@ -27,6 +27,7 @@ pub(crate) async fn preferred(
             Vec::new()
         }
         Ok(pod) => {
+            trace_pod(&pod);
             let value = pod
                 .metadata
                 .annotations

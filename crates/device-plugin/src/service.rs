@@ -12,6 +12,7 @@ use hami_kubelet_api::v1beta1::{
 };
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use tracing::Instrument;
 
 use crate::config::PluginConfig;
 use crate::shared::Shared;
@@ -70,7 +71,10 @@ impl DevicePlugin for PluginService {
         &self,
         request: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
-        let answer = crate::preferred::preferred(&self.shared, request.into_inner()).await;
+        let span = hami_server::pod_span!("preferred_allocation");
+        let answer = crate::preferred::preferred(&self.shared, request.into_inner())
+            .instrument(span)
+            .await;
         Ok(Response::new(answer))
     }
 
@@ -78,7 +82,9 @@ impl DevicePlugin for PluginService {
         &self,
         request: Request<AllocateRequest>,
     ) -> Result<Response<AllocateResponse>, Status> {
+        let span = hami_server::pod_span!("allocate");
         crate::allocate::allocate(&self.shared, request.into_inner())
+            .instrument(span)
             .await
             .map(Response::new)
             .map_err(|e| e.to_status())
@@ -88,6 +94,10 @@ impl DevicePlugin for PluginService {
         &self,
         _: Request<PreStartContainerRequest>,
     ) -> Result<Response<PreStartContainerResponse>, Status> {
+        // Nothing to do (the plugin registers without pre_start_required), and the call
+        // names no pod: its span stays without one.
+        let _call = hami_server::pod_span!("pre_start_container").entered();
+        tracing::debug!("PreStartContainer: nothing to prepare");
         Ok(Response::new(PreStartContainerResponse {}))
     }
 }

@@ -15,8 +15,10 @@ use hami_k8s::patch::{MetadataPatch, is_not_found, patch_pod};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
+use tracing::Instrument;
 
-use crate::service::{Extender, WriteState, unix_now};
+use crate::metrics::{BindOutcome, ErrorReason, Operation};
+use crate::service::{Extender, Failure, WriteState, fail, unix_now};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
 
 /// Longest a /bind waits for the pod's annotation write.
@@ -24,27 +26,24 @@ const WRITE_WAIT: Duration = Duration::from_secs(10);
 /// Lock retries at least this often while waiting (a holder may vanish silently).
 const LOCK_POLL_MAX: Duration = Duration::from_millis(500);
 
-/// A failed bind: the message for kube-scheduler and a bounded metric reason.
-struct BindFailure {
-    reason: &'static str,
-    message: String,
-}
-
-fn fail(reason: &'static str, message: impl Into<String>) -> BindFailure {
-    BindFailure {
-        reason,
-        message: message.into(),
-    }
-}
-
 /// A failed API call: the pod being gone is its own (expected) reason.
-fn api_failure(e: &kube::Error, message: String) -> BindFailure {
-    fail(if is_not_found(e) { "pod_gone" } else { "api" }, message)
+fn api_failure(e: &kube::Error, message: String) -> Failure {
+    let reason = if is_not_found(e) {
+        ErrorReason::PodGone
+    } else {
+        ErrorReason::Api
+    };
+    fail(reason, message)
 }
 
 impl Extender {
     /// Answers one /bind call.
     pub async fn bind(&self, args: ExtenderBindingArgs) -> ExtenderBindingResult {
+        let span = hami_server::pod_span!("bind", args.pod_namespace, args.pod_name, args.pod_uid);
+        self.answer_bind(args).instrument(span).await
+    }
+
+    async fn answer_bind(&self, args: ExtenderBindingArgs) -> ExtenderBindingResult {
         let started = Instant::now();
         let pod = format!("{}/{}", args.pod_namespace, args.pod_name);
         let result = self.bind_inner(&args).await;
@@ -58,7 +57,8 @@ impl Extender {
                     "BindingSucceed",
                     format!("Successfully binding node [{}] to {pod}", args.node),
                 );
-                self.metrics.bind_done("bound", started.elapsed());
+                self.metrics
+                    .bind_done(BindOutcome::Bound, started.elapsed());
                 ExtenderBindingResult::default()
             }
             Err(f) => {
@@ -69,17 +69,18 @@ impl Extender {
                     "BindingFailed",
                     f.message.clone(),
                 );
-                self.metrics.error("bind", f.reason);
-                self.metrics.bind_done("error", started.elapsed());
+                self.metrics.error(Operation::Bind, f.reason);
+                self.metrics
+                    .bind_done(BindOutcome::Error, started.elapsed());
                 ExtenderBindingResult { error: f.message }
             }
         }
     }
 
-    async fn bind_inner(&self, args: &ExtenderBindingArgs) -> Result<(), BindFailure> {
+    async fn bind_inner(&self, args: &ExtenderBindingArgs) -> Result<(), Failure> {
         if args.pod_name.is_empty() || args.pod_namespace.is_empty() || args.node.is_empty() {
             return Err(fail(
-                "bad_request",
+                ErrorReason::BadRequest,
                 "binding args need PodName, PodNamespace and Node",
             ));
         }
@@ -95,7 +96,7 @@ impl Extender {
             Some(n) if n == node => {}
             Some(other) => {
                 return Err(fail(
-                    "wrong_node",
+                    ErrorReason::WrongNode,
                     format!(
                         "pod {ns}/{name} was placed on node {other} by /filter, not on {node}; it must be filtered again"
                     ),
@@ -127,7 +128,7 @@ impl Extender {
         name: &str,
         uid: &str,
         node: &str,
-    ) -> Result<(), BindFailure> {
+    ) -> Result<(), Failure> {
         self.await_write(uid, ns, name).await?;
         let took = self.acquire_node_lock(node, ns, name).await?;
         // The hold may have ended while waiting (the pod was deleted or filtered again).
@@ -136,7 +137,7 @@ impl Extender {
             self.bind_locked(ns, name, uid, node).await
         } else {
             Err(fail(
-                "reservation_lost",
+                ErrorReason::ReservationLost,
                 format!(
                     "pod {ns}/{name} no longer holds GPUs on {node} (deleted or filtered again while waiting for the node lock)"
                 ),
@@ -155,7 +156,7 @@ impl Extender {
         name: &str,
         uid: &str,
         node: &str,
-    ) -> Result<(), BindFailure> {
+    ) -> Result<(), Failure> {
         let phase = MetadataPatch::new()
             .annotate(keys::BIND_PHASE, "allocating")
             .annotate(keys::BIND_TIME, unix_now().to_string());
@@ -174,7 +175,7 @@ impl Extender {
         name: &str,
         uid: &str,
         node: &str,
-    ) -> Result<(), BindFailure> {
+    ) -> Result<(), Failure> {
         let mut metadata = json!({"name": name, "namespace": ns});
         if !uid.is_empty() {
             metadata["uid"] = json!(uid);
@@ -206,19 +207,29 @@ impl Extender {
         name: &str,
         uid: &str,
         node: &str,
-    ) -> Result<(), BindFailure> {
+    ) -> Result<(), Failure> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let pod = match pods.get_opt(name).await {
             Ok(Some(p)) => p,
-            Ok(None) => return Err(fail("pod_gone", format!("pod {ns}/{name} not found"))),
-            Err(e) => return Err(fail("api", format!("could not read pod {ns}/{name}: {e}"))),
+            Ok(None) => {
+                return Err(fail(
+                    ErrorReason::PodGone,
+                    format!("pod {ns}/{name} not found"),
+                ));
+            }
+            Err(e) => {
+                return Err(fail(
+                    ErrorReason::Api,
+                    format!("could not read pod {ns}/{name}: {e}"),
+                ));
+            }
         };
         let asks = PodPlan::new(&pod, &self.registry, &self.settings.defaults)
             .map(|p| !p.is_empty())
             .unwrap_or(true);
         if asks {
             return Err(fail(
-                "not_reserved",
+                ErrorReason::NotReserved,
                 format!(
                     "pod {ns}/{name} holds no GPU reservation on node {node} (filtered by another scheduler instance, expired after {}s, or its annotation write failed); it must be filtered again",
                     self.settings.reservation_timeout.as_secs()
@@ -229,7 +240,7 @@ impl Extender {
     }
 
     /// Waits for the pod's annotation write from /filter, if one is in flight.
-    async fn await_write(&self, uid: &str, ns: &str, name: &str) -> Result<(), BindFailure> {
+    async fn await_write(&self, uid: &str, ns: &str, name: &str) -> Result<(), Failure> {
         let pending = self.writes.lock_unpoisoned().get(uid).cloned();
         let Some(mut rx) = pending else {
             return Ok(());
@@ -260,7 +271,7 @@ impl Extender {
                     _ => "unknown".into(),
                 };
                 Err(fail(
-                    "annotate_failed",
+                    ErrorReason::AnnotateFailed,
                     format!(
                         "pod {ns}/{name} could not be annotated with its GPU assignment: {why}"
                     ),
@@ -276,7 +287,7 @@ impl Extender {
         node: &str,
         ns: &str,
         name: &str,
-    ) -> Result<Option<Acquired>, BindFailure> {
+    ) -> Result<Option<Acquired>, Failure> {
         let started = Instant::now();
         let deadline = started + self.settings.node_lock_wait;
         let queue = self.node_queue(node);
@@ -284,7 +295,7 @@ impl Extender {
             Ok(g) => g,
             Err(_) => {
                 return Err(fail(
-                    "lock_timeout",
+                    ErrorReason::LockTimeout,
                     format!(
                         "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
                         self.settings.node_lock_wait.as_secs()
@@ -315,7 +326,7 @@ impl Extender {
                     let now = Instant::now();
                     if now >= deadline {
                         return Err(fail(
-                            "lock_timeout",
+                            ErrorReason::LockTimeout,
                             format!(
                                 "{e}; gave up after waiting {}s (--node-lock-wait)",
                                 self.settings.node_lock_wait.as_secs()
@@ -330,9 +341,9 @@ impl Extender {
                     delay = (delay * 2).min(LOCK_POLL_MAX);
                 }
                 Err(LockError::NodeNotFound(n)) => {
-                    return Err(fail("node_gone", format!("node {n} not found")));
+                    return Err(fail(ErrorReason::NodeGone, format!("node {n} not found")));
                 }
-                Err(e) => return Err(fail("api", e.to_string())),
+                Err(e) => return Err(fail(ErrorReason::Api, e.to_string())),
             }
         }
     }
@@ -340,7 +351,8 @@ impl Extender {
     pub(crate) async fn release_lock(&self, node: &str, ns: &str, name: &str) {
         if let Err(e) = lock::release(&self.client, node, ns, name).await {
             tracing::error!(%node, pod = %format!("{ns}/{name}"), error = %e, "could not release the node lock; it expires after --node-lock-timeout");
-            self.metrics.error("bind", "lock_release_failed");
+            self.metrics
+                .error(Operation::Bind, ErrorReason::LockReleaseFailed);
         }
     }
 }

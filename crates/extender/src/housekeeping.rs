@@ -151,27 +151,18 @@ impl Registry {
                         value,
                     });
                 }
-                verdicts.push((
-                    name.clone(),
-                    entry.uid.clone(),
-                    vendor.to_string(),
-                    verdict.unhealthy,
-                ));
-            }
-        }
-        seen.retain(|(n, _), _| st.node(n).is_some());
-        let mut transitions = Vec::new();
-        for (node, uid, vendor, unhealthy) in verdicts {
-            if st.set_vendor_health(&node, &vendor, unhealthy.clone()) {
-                transitions.push(Transition {
-                    node,
-                    uid,
-                    vendor,
-                    unhealthy,
+                verdicts.push(Transition {
+                    node: name.clone(),
+                    uid: entry.uid.clone(),
+                    vendor: vendor.to_string(),
+                    unhealthy: verdict.unhealthy,
                 });
             }
         }
-        (writes, transitions)
+        seen.retain(|(n, _), _| st.node(n).is_some());
+        // The verdicts that change a vendor's health.
+        verdicts.retain(|t| st.set_vendor_health(&t.node, &t.vendor, t.unhealthy.clone()));
+        (writes, verdicts)
     }
 }
 

@@ -56,16 +56,28 @@ pub fn holds(lease: &Lease, identity: &str, now: k8s_openapi::jiff::Timestamp) -
     renew.0.checked_add(span).is_ok_and(|until| until > now)
 }
 
-/// Follows the Lease `namespace/name` until `shutdown`, updating `leadership`.
+/// kube-scheduler's leader Lease, and who this replica is in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRef {
+    pub namespace: String,
+    pub name: String,
+    /// This replica's kube-scheduler identity (the holder identity's prefix).
+    pub identity: String,
+}
+
+/// Follows `lease` until `shutdown`, updating `leadership`.
 pub async fn follow_lease(
     client: Client,
-    namespace: String,
-    name: String,
-    identity: String,
+    lease: LeaseRef,
     leadership: Leadership,
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
+    let LeaseRef {
+        namespace,
+        name,
+        identity,
+    } = lease;
     let api: Api<Lease> = Api::namespaced(client, &namespace);
     let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();

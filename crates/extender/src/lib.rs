@@ -9,6 +9,7 @@
 pub mod bind;
 pub mod cli;
 pub mod filter;
+pub mod filter_report;
 pub mod health;
 pub mod housekeeping;
 pub mod leader;

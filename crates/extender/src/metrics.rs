@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use hami_core::sync::MutexExt;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use std::fmt::Write as _;
+
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
+};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -18,16 +22,113 @@ use crate::state::SchedState;
 
 const MIB: u64 = 1024 * 1024;
 
-/// Outcome labels are fixed strings, so every family has a bounded label set.
+/// An enum whose variants are label values: typed in code, fixed strings on the wire,
+/// so every family has a bounded label set.
+macro_rules! label_values {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident => $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl $name {
+            pub const ALL: &[$name] = &[$($name::$variant,)+];
+
+            /// The label value.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// How a /filter call ended (`result` of `hami_scheduler_filter_requests`).
+    FilterOutcome {
+        /// A node was chosen and its devices reserved.
+        Placed => "placed",
+        /// No candidate fits; FailedNodes says why.
+        Unschedulable => "unschedulable",
+        /// The pod asks for no managed device: every candidate passes.
+        Passthrough => "passthrough",
+        /// Answered with `Error` set.
+        Error => "error",
+    }
+}
+
+label_values! {
+    /// How a /bind call ended (`result` of `hami_scheduler_bind_requests`).
+    BindOutcome {
+        Bound => "bound",
+        Error => "error",
+    }
+}
+
+label_values! {
+    /// The call an error belongs to (`operation` of `hami_scheduler_errors`).
+    Operation {
+        Filter => "filter",
+        Bind => "bind",
+    }
+}
+
+label_values! {
+    /// Why a call failed (`reason` of `hami_scheduler_errors`).
+    ErrorReason {
+        /// The body could not be read or parsed.
+        BadBody => "bad_body",
+        /// The request is not one the extender can act on.
+        BadRequest => "bad_request",
+        /// /filter args without a Pod.
+        NoPod => "no_pod",
+        /// A pod without `metadata.uid`.
+        NoUid => "no_uid",
+        /// The node and pod caches had not synced in time.
+        NotSynced => "not_synced",
+        /// The placement could not be written into the pod.
+        AnnotateFailed => "annotate_failed",
+        /// /bind for another node than /filter chose.
+        WrongNode => "wrong_node",
+        /// /bind for a GPU pod that holds no reservation.
+        NotReserved => "not_reserved",
+        /// The reservation ended while /bind waited for the node lock.
+        ReservationLost => "reservation_lost",
+        /// The node stayed locked past `--node-lock-wait`.
+        LockTimeout => "lock_timeout",
+        /// The node lock could not be released.
+        LockReleaseFailed => "lock_release_failed",
+        /// The node is gone.
+        NodeGone => "node_gone",
+        /// The pod is gone.
+        PodGone => "pod_gone",
+        /// Any other API server failure.
+        Api => "api",
+    }
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResultLabels {
-    result: &'static str,
+struct FilterLabels {
+    result: FilterOutcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BindLabels {
+    result: BindOutcome,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
-    operation: &'static str,
-    reason: &'static str,
+    operation: Operation,
+    reason: ErrorReason,
 }
 
 /// The extender's own series.
@@ -36,8 +137,8 @@ pub struct Metrics {
     filter_duration: Histogram,
     bind_duration: Histogram,
     lock_wait: Histogram,
-    filters: Family<ResultLabels, Counter>,
-    binds: Family<ResultLabels, Counter>,
+    filters: Family<FilterLabels, Counter>,
+    binds: Family<BindLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     expired: Counter,
     leader: Gauge,
@@ -66,13 +167,13 @@ impl Metrics {
             "Time /bind waited for a node locked by another pod",
             lock_wait.clone(),
         );
-        let filters = Family::<ResultLabels, Counter>::default();
+        let filters = Family::<FilterLabels, Counter>::default();
         registry.register(
             "hami_scheduler_filter_requests",
             "/filter calls by result (placed, unschedulable, passthrough, error)",
             filters.clone(),
         );
-        let binds = Family::<ResultLabels, Counter>::default();
+        let binds = Family::<BindLabels, Counter>::default();
         registry.register(
             "hami_scheduler_bind_requests",
             "/bind calls by result (bound, error)",
@@ -109,13 +210,13 @@ impl Metrics {
         }
     }
 
-    pub fn filter_done(&self, result: &'static str, elapsed: Duration) {
-        self.filters.get_or_create(&ResultLabels { result }).inc();
+    pub fn filter_done(&self, result: FilterOutcome, elapsed: Duration) {
+        self.filters.get_or_create(&FilterLabels { result }).inc();
         self.filter_duration.observe(elapsed.as_secs_f64());
     }
 
-    pub fn bind_done(&self, result: &'static str, elapsed: Duration) {
-        self.binds.get_or_create(&ResultLabels { result }).inc();
+    pub fn bind_done(&self, result: BindOutcome, elapsed: Duration) {
+        self.binds.get_or_create(&BindLabels { result }).inc();
         self.bind_duration.observe(elapsed.as_secs_f64());
     }
 
@@ -123,7 +224,7 @@ impl Metrics {
         self.lock_wait.observe(elapsed.as_secs_f64());
     }
 
-    pub fn error(&self, operation: &'static str, reason: &'static str) {
+    pub fn error(&self, operation: Operation, reason: ErrorReason) {
         self.errors
             .get_or_create(&ErrorLabels { operation, reason })
             .inc();
@@ -149,6 +250,40 @@ struct DeviceRow {
     usedmem: u64,
     usedcores: u64,
     used: u64,
+}
+
+/// One node's sums over its devices.
+struct NodeTotals<'a> {
+    node: &'a str,
+    gpus: u64,
+    totalmem: u64,
+    usedmem: u64,
+    used: u64,
+}
+
+impl<'a> NodeTotals<'a> {
+    /// Per-node sums of `rows` (grouped by node, as [`UsageCollector::rows`] yields them).
+    fn of(rows: &'a [DeviceRow]) -> Vec<Self> {
+        let mut totals: Vec<NodeTotals<'a>> = Vec::new();
+        for r in rows {
+            match totals.last_mut() {
+                Some(t) if t.node == r.node => {
+                    t.gpus += 1;
+                    t.totalmem += r.totalmem;
+                    t.usedmem += r.usedmem;
+                    t.used += r.used;
+                }
+                _ => totals.push(NodeTotals {
+                    node: r.node.as_str(),
+                    gpus: 1,
+                    totalmem: r.totalmem,
+                    usedmem: r.usedmem,
+                    used: r.used,
+                }),
+            }
+        }
+        totals
+    }
 }
 
 /// Reads per-GPU usage from the ledger at scrape time.
@@ -272,52 +407,99 @@ impl Collector for UsageCollector {
             |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
         )?;
 
-        // Per-node totals.
-        let mut totals: Vec<(&str, u64, u64, u64, u64)> = Vec::new();
-        for r in &rows {
-            match totals.last_mut() {
-                Some(t) if t.0 == r.node => {
-                    t.1 += 1;
-                    t.2 += r.totalmem;
-                    t.3 += r.usedmem;
-                    t.4 += r.used;
-                }
-                _ => totals.push((r.node.as_str(), 1, r.totalmem, r.usedmem, r.used)),
-            }
-        }
-        for (name, help, pick) in [
+        let totals = NodeTotals::of(&rows);
+        type Pick = fn(&NodeTotals<'_>) -> u64;
+        let families: [(&str, &str, Pick); 4] = [
             (
                 "hami_scheduler_node_gpus",
                 "GPUs registered and usable on each node",
-                1usize,
+                |t| t.gpus,
             ),
             (
                 "hami_scheduler_node_gpu_memory_limit_bytes",
                 "Total GPU memory of each node, in bytes",
-                2,
+                |t| t.totalmem * MIB,
             ),
             (
                 "hami_scheduler_node_gpu_memory_allocated_bytes",
                 "GPU memory allocated on each node, in bytes",
-                3,
+                |t| t.usedmem * MIB,
             ),
             (
                 "hami_scheduler_node_gpu_shared_count",
                 "Container slots taken on each node's GPUs",
-                4,
+                |t| t.used,
             ),
-        ] {
+        ];
+        for (name, help, pick) in families {
             let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
             for t in &totals {
-                let v = match pick {
-                    1 => t.1,
-                    2 => t.2 * MIB,
-                    3 => t.3 * MIB,
-                    _ => t.4,
-                };
-                ConstGauge::new(v).encode(metric.encode_family(&[("node", t.0)])?)?;
+                ConstGauge::new(pick(t)).encode(metric.encode_family(&[("node", t.node)])?)?;
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hami_core::config::DeviceConfig;
+    use hami_core::vendor::VendorRegistry;
+    use prometheus_client::encoding::text::encode;
+
+    /// The label values are on the wire (dashboards, alerts): typed in code, the same
+    /// strings as before they were typed.
+    #[test]
+    fn typed_labels_encode_as_their_fixed_strings() {
+        let state = SchedState::new(VendorRegistry::from_config(&DeviceConfig::default()), 60);
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry, Arc::new(Mutex::new(state)));
+        for o in FilterOutcome::ALL {
+            metrics.filter_done(*o, Duration::ZERO);
+        }
+        for o in BindOutcome::ALL {
+            metrics.bind_done(*o, Duration::ZERO);
+        }
+        for op in Operation::ALL {
+            for r in ErrorReason::ALL {
+                metrics.error(*op, *r);
+            }
+        }
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for result in ["placed", "unschedulable", "passthrough", "error"] {
+            let line = format!("hami_scheduler_filter_requests_total{{result=\"{result}\"}} 1");
+            assert!(text.contains(&line), "{line} missing in\n{text}");
+        }
+        for result in ["bound", "error"] {
+            let line = format!("hami_scheduler_bind_requests_total{{result=\"{result}\"}} 1");
+            assert!(text.contains(&line), "{line} missing in\n{text}");
+        }
+        let reasons = [
+            "bad_body",
+            "bad_request",
+            "no_pod",
+            "no_uid",
+            "not_synced",
+            "annotate_failed",
+            "wrong_node",
+            "not_reserved",
+            "reservation_lost",
+            "lock_timeout",
+            "lock_release_failed",
+            "node_gone",
+            "pod_gone",
+            "api",
+        ];
+        assert_eq!(ErrorReason::ALL.len(), reasons.len());
+        for op in ["filter", "bind"] {
+            for reason in reasons {
+                let line = format!(
+                    "hami_scheduler_errors_total{{operation=\"{op}\",reason=\"{reason}\"}} 1"
+                );
+                assert!(text.contains(&line), "{line} missing in\n{text}");
+            }
+        }
     }
 }

@@ -17,11 +17,11 @@ use tokio::sync::watch;
 
 use crate::cli::Cli;
 use crate::housekeeping::{self, expire_reservations};
-use crate::leader::{Leadership, follow_lease};
+use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
-use crate::service::{Extender, Settings};
+use crate::service::{Extender, ExtenderParts, Settings};
 use crate::state::SchedState;
-use crate::watch::{SyncTracker, watch_nodes, watch_pods};
+use crate::watch::{NodeWatch, SyncTracker, watch_nodes, watch_pods};
 
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -53,8 +53,8 @@ pub struct Service {
     pub node_label_selector: Option<String>,
     pub registry_interval: Duration,
     pub handshake_timeout: Duration,
-    /// `Some((namespace, name, identity))` to follow kube-scheduler's Lease.
-    pub leader_lease: Option<(String, String, String)>,
+    /// kube-scheduler's Lease to follow, when leader election is on.
+    pub leader_lease: Option<LeaseRef>,
     /// Answer /filter and /bind on a thread of their own (one-thread runtime), while
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
@@ -80,14 +80,13 @@ impl Service {
             .clone()
             .or_else(|| std::env::var("HOSTNAME").ok())
             .unwrap_or_default();
-        let leader_lease = cli.leader_elect.then(|| {
-            (
-                cli.leader_elect_resource_namespace.clone(),
-                cli.leader_elect_resource_name
-                    .clone()
-                    .unwrap_or_else(|| cli.scheduler_name.clone()),
-                identity,
-            )
+        let leader_lease = cli.leader_elect.then(|| LeaseRef {
+            namespace: cli.leader_elect_resource_namespace.clone(),
+            name: cli
+                .leader_elect_resource_name
+                .clone()
+                .unwrap_or_else(|| cli.scheduler_name.clone()),
+            identity,
         });
         Ok(Service {
             listener: bind(cli.http_bind).await?,
@@ -137,7 +136,7 @@ pub async fn serve_service(
     let instance = svc
         .leader_lease
         .as_ref()
-        .map(|(_, _, id)| id.clone())
+        .map(|lease| lease.identity.clone())
         .filter(|id| !id.is_empty())
         .unwrap_or_else(|| svc.settings.scheduler_name.clone());
     let events = Recorder::start(client.clone(), &svc.settings.scheduler_name, &instance);
@@ -149,13 +148,11 @@ pub async fn serve_service(
             metrics.set_leader(true);
             Leadership::always()
         }
-        Some((ns, name, identity)) => {
+        Some(lease) => {
             let l = Leadership::always();
             tokio::spawn(follow_lease(
                 client.clone(),
-                ns.clone(),
-                name.clone(),
-                identity.clone(),
+                lease.clone(),
                 l.clone(),
                 metrics.clone(),
                 shutdown.clone(),
@@ -163,14 +160,14 @@ pub async fn serve_service(
             l
         }
     };
-    tokio::spawn(watch_nodes(
-        client.clone(),
-        state.clone(),
-        svc.node_label_selector.clone(),
-        changes.clone(),
-        sync.clone(),
-        shutdown.clone(),
-    ));
+    let nodes = NodeWatch {
+        client: client.clone(),
+        state: state.clone(),
+        label_selector: svc.node_label_selector.clone(),
+        changes: changes.clone(),
+        sync: sync.clone(),
+    };
+    tokio::spawn(watch_nodes(nodes, shutdown.clone()));
     tokio::spawn(watch_pods(
         client.clone(),
         state.clone(),
@@ -194,12 +191,14 @@ pub async fn serve_service(
     tokio::spawn(registry_round.run(changes.subscribe(), shutdown.clone()));
 
     let extender = Arc::new(Extender::new(
-        state,
-        client,
-        events,
-        metrics,
+        ExtenderParts {
+            state,
+            client,
+            events,
+            metrics,
+            node_changes: changes,
+        },
         svc.settings,
-        changes,
     ));
     let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
     let handler = extender.into_handler();

@@ -16,7 +16,7 @@ use kube::Client;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
-use crate::metrics::Metrics;
+use crate::metrics::{ErrorReason, Metrics, Operation};
 use crate::state::SchedState;
 use crate::wire::{ExtenderBindingResult, ExtenderFilterResult};
 
@@ -67,15 +67,31 @@ impl std::fmt::Debug for Extender {
     }
 }
 
+/// What the extender works with, made by the caller.
+pub struct ExtenderParts {
+    pub state: Arc<Mutex<SchedState>>,
+    pub client: Client,
+    pub events: Recorder,
+    pub metrics: Metrics,
+    /// Bumped on every node event (lock waiters wake on it).
+    pub node_changes: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for ExtenderParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExtenderParts").finish_non_exhaustive()
+    }
+}
+
 impl Extender {
-    pub fn new(
-        state: Arc<Mutex<SchedState>>,
-        client: Client,
-        events: Recorder,
-        metrics: Metrics,
-        settings: Settings,
-        node_changes: watch::Sender<u64>,
-    ) -> Self {
+    pub fn new(parts: ExtenderParts, settings: Settings) -> Self {
+        let ExtenderParts {
+            state,
+            client,
+            events,
+            metrics,
+            node_changes,
+        } = parts;
         let registry = state.lock_unpoisoned().registry().clone();
         Extender {
             state,
@@ -145,7 +161,7 @@ impl Extender {
                     Ok(result) => respond::json(StatusCode::OK, &result),
                     // kube-scheduler reads errors in-band: 200 with `Error` set.
                     Err(e) => {
-                        self.metrics.error("filter", "bad_body");
+                        self.metrics.error(Operation::Filter, ErrorReason::BadBody);
                         respond::json(StatusCode::OK, &ExtenderFilterResult::error(e))
                     }
                 }
@@ -153,7 +169,7 @@ impl Extender {
             (Method::POST, "/bind") => match self.read_json(req).await {
                 Ok(args) => respond::json(StatusCode::OK, &self.bind(args).await),
                 Err(e) => {
-                    self.metrics.error("bind", "bad_body");
+                    self.metrics.error(Operation::Bind, ErrorReason::BadBody);
                     respond::json(StatusCode::OK, &ExtenderBindingResult { error: e })
                 }
             },
@@ -175,6 +191,19 @@ impl Extender {
             .map_err(|e| e.to_string())?;
         serde_json::from_slice(&body)
             .map_err(|e| format!("request body is not valid JSON for this call: {e}"))
+    }
+}
+
+/// A failed call: the message for kube-scheduler and a bounded metric reason.
+pub(crate) struct Failure {
+    pub reason: ErrorReason,
+    pub message: String,
+}
+
+pub(crate) fn fail(reason: ErrorReason, message: impl Into<String>) -> Failure {
+    Failure {
+        reason,
+        message: message.into(),
     }
 }
 

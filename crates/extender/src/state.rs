@@ -2,17 +2,18 @@
 //! and by the extender's own decisions. Pure (no I/O, no clock of its own: callers pass
 //! `now`), so the rules below are unit-tested without an API server.
 //!
-//! Which pods hold devices (invariant 1, `docs/architecture.md#invariants`):
-//! - a pod **bound** to the node its annotations name holds what `hami.io/vgpu-devices-allocated`
-//!   says until it terminates or is deleted (terminating pods still hold);
+//! Which pods hold devices (invariant 1, `docs/architecture.md#invariants`): what a
+//! pod's own object says, by the rule `hamictl explain` applies to snapshots too
+//! ([`hami_core::holding`]: bound pods hold until they terminate, unbound ones until
+//! `hami.io/vgpu-time` + the reservation timeout, pods bound elsewhere nothing), plus
+//! what only this process knows:
 //! - a pod this process **reserved** in /filter holds its devices at once, before the
 //!   annotations reach the API server, until the pod's own annotations show the same
 //!   decision (then it is an annotated pod like any other), the reservation is abandoned
 //!   (bind failed, re-filtered) or it expires unbound;
-//! - an **unbound** pod with annotations (written by an earlier run or another replica)
-//!   holds them only until `hami.io/vgpu-time` + the reservation timeout, so a pod whose
-//!   bind never happened cannot block idle GPUs for ever (HAMi's phantom reservations);
-//! - a pod bound to another node than its annotations name holds nothing.
+//! - a decision this process **abandoned** does not count again while the pod stays
+//!   unbound, even if its annotations still show it;
+//! - a pod in the middle of **/bind** keeps its hold whatever its age.
 //!
 //! Memory: a cluster of 5,000 nodes and 50,000 pods must fit in a few tens of MiB, so
 //! what a pod holds lives once, in the ledger (with interned strings); the per-pod
@@ -24,6 +25,7 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use hami_core::annotations as keys;
+use hami_core::holding::{self, Expiry, Standing};
 use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
 };
@@ -117,6 +119,23 @@ pub struct PodApplied {
     pub report: ApplyReport,
     /// The pod is bound to another node than the one its annotations name.
     pub bound_elsewhere: Option<(String, String)>,
+}
+
+/// /filter's decision for a pod, as [`SchedState::reserve`] records it.
+#[derive(Debug, Clone, Copy)]
+pub struct Reservation<'a> {
+    pub uid: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub node: &'a str,
+    /// Per vendor, per container: the devices chosen.
+    pub devices: &'a BTreeMap<String, PodSingleDevice>,
+    /// Container kinds in annotation order (how the devices collapse per pod).
+    pub kinds: &'a [ContainerKind],
+    /// The annotations that will be written into the pod (the decision's signature).
+    pub annotations: &'a BTreeMap<String, String>,
+    /// When the decision was made (unix seconds).
+    pub at: i64,
 }
 
 /// A pod whose hold ended by timeout.
@@ -382,15 +401,8 @@ impl SchedState {
             }
         };
         let sig = self.signature(annotations);
-        let vgpu_time = annotations
-            .get(keys::VGPU_TIME)
-            .and_then(|t| t.trim().parse::<i64>().ok());
-        let bound = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty())
-            .map(|n| self.ledger.intern(n));
+        let vgpu_time = holding::decided_at(annotations);
+        let bound = hami_core::pod::bound_node(pod).map(|n| self.ledger.intern(n));
         if let (Some(b), Some(r)) = (&bound, &record)
             && *b != r.node
         {
@@ -500,16 +512,13 @@ impl SchedState {
             Holding::Reserved { .. } => (true, entry.bound.is_none()),
             Holding::Annotated {
                 node, vgpu_time, ..
-            } => match &entry.bound {
-                Some(b) if b == node => (true, false),
-                Some(_) => (false, false),
+            } => {
+                let standing =
+                    Standing::of(node, *vgpu_time, entry.bound.as_deref(), self.expiry(now));
                 // A pod in the middle of /bind keeps its hold whatever its age.
-                None => (
-                    self.binding.contains(uid)
-                        || vgpu_time.is_some_and(|t| now < t.saturating_add(self.reservation_ttl)),
-                    true,
-                ),
-            },
+                let pinned = standing == Standing::Expired && self.binding.contains(uid);
+                (standing.holds() || pinned, entry.bound.is_none())
+            }
         };
         tracing::trace!(%uid, holds, unbound, bound = ?entry.bound, "pod hold synced");
         if !holds {
@@ -539,24 +548,15 @@ impl SchedState {
     }
 
     /// Records /filter's decision for the pod: its devices count from now on.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reserve(
-        &mut self,
-        uid: &str,
-        namespace: &str,
-        name: &str,
-        node: &str,
-        devices: &BTreeMap<String, PodSingleDevice>,
-        kinds: &[ContainerKind],
-        annotations: &BTreeMap<String, String>,
-        now: i64,
-    ) -> ApplyReport {
-        let record = PodRecord::from_devices(uid, namespace, name, node, devices, kinds);
+    pub fn reserve(&mut self, r: &Reservation<'_>) -> ApplyReport {
+        let record =
+            PodRecord::from_devices(r.uid, r.namespace, r.name, r.node, r.devices, r.kinds);
+        let now = r.at;
         let sig = self
-            .signature(annotations)
-            .unwrap_or_else(|| self.hasher.hash_one((node, now)));
+            .signature(r.annotations)
+            .unwrap_or_else(|| self.hasher.hash_one((r.node, now)));
         let key = record.uid.clone();
-        let node = self.ledger.intern(node);
+        let node = self.ledger.intern(r.node);
         let epoch = self.epoch;
         let entry = self.pods.entry(key.clone()).or_insert_with(PodEntry::new);
         entry.abandoned.retain(|s| *s != sig);
@@ -632,17 +632,15 @@ impl SchedState {
 
     /// Ends holds of pods that stayed unbound past the reservation timeout.
     pub fn expire(&mut self, now: i64) -> Vec<Expired> {
-        let ttl = self.reservation_ttl;
+        let expiry = self.expiry(now);
         let due: Vec<Arc<str>> = self
             .unbound_holders
             .iter()
             .filter(|uid| !self.binding.contains(*uid))
             .filter(|uid| {
                 self.pods.get(*uid).is_some_and(|e| match &e.holding {
-                    Holding::Reserved { at, .. } => now >= at.saturating_add(ttl),
-                    Holding::Annotated { vgpu_time, .. } => {
-                        vgpu_time.is_none_or(|t| now >= t.saturating_add(ttl))
-                    }
+                    Holding::Reserved { at, .. } => expiry.expired(Some(*at)),
+                    Holding::Annotated { vgpu_time, .. } => expiry.expired(*vgpu_time),
                     Holding::None => true,
                 })
             })
@@ -654,31 +652,30 @@ impl SchedState {
                 continue;
             };
             let reservation = matches!(e.holding, Holding::Reserved { .. });
-            let held = self.ledger.pod(&uid).map(|r| {
-                (
-                    r.namespace.to_string(),
-                    r.name.to_string(),
-                    r.node.to_string(),
-                )
+            let held = self.ledger.pod(&uid).map(|r| Expired {
+                uid: uid.to_string(),
+                namespace: r.namespace.to_string(),
+                name: r.name.to_string(),
+                node: r.node.to_string(),
+                reservation,
             });
             if reservation {
                 self.abandon(&uid, now);
             } else {
                 self.sync(&uid, now, None);
             }
-            if let Some((namespace, name, node)) = held
+            if let Some(expired) = held
                 && self.ledger.pod(&uid).is_none()
             {
-                out.push(Expired {
-                    uid: uid.to_string(),
-                    namespace,
-                    name,
-                    node,
-                    reservation,
-                });
+                out.push(expired);
             }
         }
         out
+    }
+
+    /// How unbound decisions are judged at `now`.
+    fn expiry(&self, now: i64) -> Expiry {
+        Expiry::new(now, self.reservation_ttl)
     }
 
     /// Number of pods known (holding or not).

@@ -39,15 +39,34 @@ impl SyncTracker {
     }
 }
 
-/// Streams nodes (matching `label_selector`) into the state until `shutdown`.
-pub async fn watch_nodes(
-    client: Client,
-    state: Arc<Mutex<SchedState>>,
-    label_selector: Option<String>,
-    changes: watch::Sender<u64>,
-    sync: SyncTracker,
-    shutdown: CancellationToken,
-) {
+/// What the node watch feeds, and from where.
+pub struct NodeWatch {
+    pub client: Client,
+    pub state: Arc<Mutex<SchedState>>,
+    /// Only nodes with these labels (`--node-label-selector`).
+    pub label_selector: Option<String>,
+    /// Bumped on every node event.
+    pub changes: watch::Sender<u64>,
+    pub sync: SyncTracker,
+}
+
+impl std::fmt::Debug for NodeWatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeWatch")
+            .field("label_selector", &self.label_selector)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Streams nodes (matching the label selector) into the state until `shutdown`.
+pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
+    let NodeWatch {
+        client,
+        state,
+        label_selector,
+        changes,
+        sync,
+    } = watch;
     let api: Api<Node> = Api::all(client);
     let mut config = watcher::Config::default();
     if let Some(sel) = label_selector.filter(|s| !s.trim().is_empty()) {

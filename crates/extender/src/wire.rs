@@ -36,12 +36,10 @@ pub struct NodeList {
 
 impl NodeList {
     /// `metadata.name` of each item (items without one are skipped).
-    pub fn names(&self) -> Vec<String> {
+    pub fn names(&self) -> impl Iterator<Item = &str> {
         self.items
             .iter()
             .filter_map(|n| n.pointer("/metadata/name").and_then(Value::as_str))
-            .map(str::to_string)
-            .collect()
     }
 }
 
@@ -125,7 +123,7 @@ mod tests {
         .to_string();
         let args: ExtenderArgs = serde_json::from_str(&text).unwrap();
         assert!(args.pod.is_none());
-        assert_eq!(args.nodes.unwrap().names(), ["n1"]);
+        assert_eq!(args.nodes.unwrap().names().collect::<Vec<_>>(), ["n1"]);
         let args: ExtenderArgs = serde_json::from_str(r#"{"Nodes": {"items": null}}"#).unwrap();
         assert!(args.pod.is_none());
         assert!(args.nodes.unwrap().items.is_empty());

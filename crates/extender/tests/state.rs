@@ -1,14 +1,16 @@
 //! The extender's holding rules, driven without an API server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use hami_core::codec::encode_node_register_json;
 use hami_core::config::DeviceConfig;
+use hami_core::holding::Expiry;
+use hami_core::ledger::Ledger;
 use hami_core::model::{ContainerDevice, DeviceInfo};
 use hami_core::request::ContainerKind;
 use hami_core::vendor::VendorRegistry;
-use hami_scheduler::state::SchedState;
+use hami_scheduler::state::{Reservation, SchedState};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
@@ -106,16 +108,16 @@ fn reserve(
         }]],
     )]);
     let annotations = pod(uid, node, mem, None, now).metadata.annotations.unwrap();
-    st.reserve(
+    st.reserve(&Reservation {
         uid,
-        "default",
-        &format!("p-{uid}"),
+        namespace: "default",
+        name: &format!("p-{uid}"),
         node,
-        &devices,
-        &[ContainerKind::App],
-        &annotations,
-        now,
-    );
+        devices: &devices,
+        kinds: &[ContainerKind::App],
+        annotations: &annotations,
+        at: now,
+    });
     annotations
 }
 
@@ -397,4 +399,80 @@ fn pods_without_gpus_leave_nothing_behind() {
     reserve(&mut st, "b", "n1", 10, T0);
     st.abandon("b", T0);
     assert_eq!(st.pod_count(), 1);
+}
+
+/// The extender's state and `hamictl explain`'s snapshot usage count the same pods, on
+/// the same nodes, with the same devices (one accounting rule, `hami_core::holding`).
+#[test]
+fn the_extender_and_hamictl_count_the_same_pods() {
+    let now = T0 + 1_000;
+    let set_phase = |mut p: Pod, phase: &str| {
+        p.status.as_mut().unwrap().phase = Some(phase.into());
+        p
+    };
+    let terminating = {
+        let mut p = set_phase(pod("leaving", "n2", 600, Some("n2"), T0), "Running");
+        p.metadata.deletion_timestamp =
+            serde_json::from_value(json!("2027-01-15T08:00:00Z")).unwrap();
+        p
+    };
+    let bind_failed = {
+        let mut p = pod("unlucky", "n2", 700, Some("n2"), T0);
+        p.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert("hami.io/bind-phase".into(), "failed".into());
+        p
+    };
+    let nodes = vec![two_gpu_node("n1"), two_gpu_node("n2")];
+    let pods = vec![
+        set_phase(pod("running", "n1", 1000, Some("n1"), T0), "Running"),
+        // Reserved by /filter, not bound yet: fresh, and past the reservation timeout.
+        pod("fresh", "n1", 2000, None, now - 10),
+        pod("stale", "n2", 4000, None, now - TTL - 1),
+        // Assigned to n1, bound to n2.
+        pod("moved", "n1", 8000, Some("n2"), now - 10),
+        set_phase(pod("done", "n2", 300, Some("n2"), T0), "Succeeded"),
+        set_phase(pod("crashed", "n1", 500, Some("n1"), T0), "Failed"),
+        terminating,
+        bind_failed,
+        plain_pod("cpu-only"),
+    ];
+
+    let mut st = state();
+    for n in &nodes {
+        st.apply_node(n);
+    }
+    // This process made the decisions of two of them, before their annotations arrived.
+    reserve(&mut st, "fresh", "n1", 2000, now - 10);
+    reserve(&mut st, "stale", "n2", 4000, now - TTL - 1);
+    for p in &pods {
+        st.apply_pod(p, now);
+    }
+    st.expire(now);
+
+    let registry = VendorRegistry::from_config(&DeviceConfig::default());
+    let snapshot =
+        hamictl::usage::snapshot_usage(&nodes, &pods, &registry, Expiry::new(now, TTL), None);
+    assert_eq!(
+        snapshot.warnings,
+        ["pod default/p-moved: bound to node n2 but assigned GPUs on n1; not counted"]
+    );
+
+    let counted =
+        |l: &Ledger| -> BTreeSet<String> { l.pods().map(|r| r.uid.to_string()).collect() };
+    let expected: BTreeSet<String> = ["running", "fresh", "leaving", "unlucky"]
+        .map(String::from)
+        .into();
+    assert_eq!(counted(st.ledger()), expected);
+    assert_eq!(counted(&snapshot.ledger), expected);
+    for node in ["n1", "n2"] {
+        assert_eq!(
+            st.ledger().usage(node),
+            snapshot.ledger.usage(node),
+            "{node}"
+        );
+    }
+    assert_eq!((used_mem(&st, "n1"), used_mem(&st, "n2")), (3000, 1300));
 }

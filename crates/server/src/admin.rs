@@ -1,5 +1,6 @@
 //! The admin port: `/livez`, `/readyz` and `/metrics`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hami_core::sync::RwLockExt;
@@ -12,37 +13,72 @@ use crate::respond;
 use crate::serve::{Handler, HttpResponse, ServeError, handler_fn, serve};
 use crate::tls::TlsConfig;
 
+/// Size of the last `/metrics` answer (plus a margin), the next one's starting capacity.
+static LAST_METRICS_LEN: AtomicUsize = AtomicUsize::new(0);
+
 /// Content type of the OpenMetrics text that prometheus-client writes.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// A shared readiness flag: not ready (with a reason) until someone says otherwise.
+/// Besides the main flag, named components (supervised tasks) can each hold a reason of
+/// their own; the process is ready only when none does.
 #[derive(Debug, Clone)]
-pub struct Readiness(Arc<RwLock<Option<String>>>);
+pub struct Readiness(Arc<RwLock<ReadyState>>);
+
+#[derive(Debug, Default)]
+struct ReadyState {
+    main: Option<String>,
+    components: std::collections::BTreeMap<String, String>,
+}
 
 impl Readiness {
     /// Starts not ready, with `reason` shown by `/readyz`.
     pub fn not_ready(reason: impl Into<String>) -> Self {
-        Readiness(Arc::new(RwLock::new(Some(reason.into()))))
+        Readiness(Arc::new(RwLock::new(ReadyState {
+            main: Some(reason.into()),
+            ..ReadyState::default()
+        })))
     }
 
     /// Starts ready.
     pub fn ready() -> Self {
-        Readiness(Arc::new(RwLock::new(None)))
+        Readiness(Arc::new(RwLock::new(ReadyState::default())))
     }
 
     pub fn set_ready(&self) {
-        *self.0.write_unpoisoned() = None;
+        self.0.write_unpoisoned().main = None;
     }
 
     pub fn set_not_ready(&self, reason: impl Into<String>) {
-        *self.0.write_unpoisoned() = Some(reason.into());
+        self.0.write_unpoisoned().main = Some(reason.into());
     }
 
-    /// `Ok` when ready, else the reason.
+    /// Sets (`Err`) or clears (`Ok`) the reason `component` holds against readiness.
+    pub fn set_component(&self, component: &str, state: Result<(), String>) {
+        let mut s = self.0.write_unpoisoned();
+        match state {
+            Ok(()) => {
+                s.components.remove(component);
+            }
+            Err(reason) => {
+                s.components.insert(component.to_string(), reason);
+            }
+        }
+    }
+
+    /// `Ok` when ready, else every reason (the main one first).
     pub fn check(&self) -> Result<(), String> {
-        match &*self.0.read_unpoisoned() {
-            None => Ok(()),
-            Some(reason) => Err(reason.clone()),
+        let s = self.0.read_unpoisoned();
+        let reasons: Vec<String> = s
+            .main
+            .iter()
+            .cloned()
+            .chain(s.components.iter().map(|(c, r)| format!("{c}: {r}")))
+            .collect();
+        if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons.join("; "))
         }
     }
 }
@@ -75,9 +111,14 @@ fn route(state: &AdminState, path: &str) -> HttpResponse {
             ),
         },
         "/metrics" => {
-            let mut out = String::new();
+            // Sized like the last answer: a node agent's page can be megabytes, and
+            // growing the buffer by doubling copies it several times over.
+            let mut out = String::with_capacity(LAST_METRICS_LEN.load(Ordering::Relaxed));
             match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
-                Ok(()) => respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out),
+                Ok(()) => {
+                    LAST_METRICS_LEN.store(out.len() + out.len() / 16, Ordering::Relaxed);
+                    respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out)
+                }
                 Err(e) => respond::text(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     format!("metrics could not be encoded: {e}"),

@@ -81,6 +81,11 @@ admin_naming!(
     /// hami-device-plugin-nvidia's: `--admin-address` (`ADMIN_ADDRESS`), `0.0.0.0:9396`.
     DevicePluginAdminAddress: "admin-address", "ADMIN_ADDRESS", "0.0.0.0:9396"
 );
+admin_naming!(
+    /// hami-vgpu-monitor's: HAMi's monitor flag, `--metrics-bind-address`
+    /// (`METRICS_BIND_ADDRESS`), `:9394`.
+    MonitorMetricsBindAddress: "metrics-bind-address", "METRICS_BIND_ADDRESS", ":9394"
+);
 
 /// The admin listener ([`crate::admin`]: `/livez`, `/readyz`, `/metrics`), named by `N`.
 #[derive(Args)]

@@ -10,8 +10,11 @@
 //! - [`device_config`]: HAMi's `device-config.yaml` read from a file, for every binary.
 //! - [`respond`]: small JSON/text response helpers.
 //! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
-//! - [`trace::init_tracing`]: text or JSON logs.
+//! - [`trace::init_tracing`]: text or JSON logs; [`pod_span!`]: the span every call
+//!   made for one pod runs in (`pod.namespace`, `pod.name`, `pod.uid`).
 //! - [`shutdown::shutdown_on_signals`]: a token cancelled by SIGTERM or Ctrl-C.
+//! - [`supervise::Supervisor`]: long-running tasks restarted with backoff, readiness
+//!   showing why one is down, giving up (and exiting) when one keeps failing.
 
 pub mod admin;
 pub mod args;
@@ -21,6 +24,7 @@ pub mod flags;
 pub mod respond;
 pub mod serve;
 pub mod shutdown;
+pub mod supervise;
 pub mod tls;
 pub mod trace;
 

@@ -1,12 +1,13 @@
 //! Test helpers (feature `test-support`): a throwaway CA that issues serving
-//! certificates, atomic file writes, and a minimal HTTP/1.1 client over plain TCP or
-//! rustls that reports the certificate the server presented.
+//! certificates, atomic file writes, a minimal HTTP/1.1 client over plain TCP or
+//! rustls that reports the certificate the server presented, and log capture.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use hami_core::sync::MutexExt;
 use http_body_util::{BodyExt, Full};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -173,4 +174,71 @@ where
         body,
         peer_cert: None,
     })
+}
+
+/// Log output kept in memory, for tests that check what was logged: give it to
+/// [`crate::trace::subscriber`] as the writer, read [`LogCapture::lines`].
+#[derive(Debug, Clone, Default)]
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    fn buffer(&self) -> MutexGuard<'_, Vec<u8>> {
+        // A test that panicked while logging leaves the bytes it wrote: keep reading them.
+        self.0.lock_unpoisoned()
+    }
+
+    /// The lines written so far, without the text format's ANSI colours.
+    pub fn lines(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.buffer())
+            .lines()
+            .map(without_colours)
+            .collect()
+    }
+
+    /// The JSON-format lines (see [`crate::trace::LogFormat::Json`]) whose message is
+    /// `message`.
+    pub fn json_logged(&self, message: &str) -> Vec<serde_json::Value> {
+        self.lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == message)
+            .collect()
+    }
+}
+
+/// `line` without SGR sequences (`ESC [ … m`), the only escapes the log format writes.
+fn without_colours(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.buffer().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
 }

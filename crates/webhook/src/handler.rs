@@ -89,44 +89,55 @@ impl Webhook {
     /// all; everything else is answered inside a review.
     pub fn admit(&self, body: &[u8]) -> Result<(Value, Outcome), ReviewError> {
         let review = Review::parse(body)?;
+        let span = hami_server::pod_span!(
+            "admission",
+            review.namespace(),
+            review.name(),
+            review.object_uid()
+        );
+        Ok(span.in_scope(|| self.answer(&review)))
+    }
+
+    /// The answer to a parsed review.
+    fn answer(&self, review: &Review) -> (Value, Outcome) {
         let subject = review.subject();
         let req = &review.request;
         if let Some(op) = req.operation.as_deref().filter(|op| *op != "CREATE") {
             tracing::debug!(pod = %subject, operation = op, "not a CREATE; admitted unchanged");
-            return Ok((review.allow(None, vec![]), Outcome::Skipped));
+            return (review.allow(None, vec![]), Outcome::Skipped);
         }
         if let Some(kind) = req.kind.as_ref().filter(|k| k.kind != "Pod") {
             tracing::debug!(object = %subject, kind = %kind.kind, "not a Pod; admitted unchanged");
-            return Ok((review.allow(None, vec![]), Outcome::Skipped));
+            return (review.allow(None, vec![]), Outcome::Skipped);
         }
         let Some(object) = req.object.clone() else {
-            return Ok(self.refuse(
-                &review,
+            return self.refuse(
+                review,
                 400,
                 "BadRequest",
                 "invalid_object",
                 "admission request carries no object",
-            ));
+            );
         };
         let pod: Pod = match serde_json::from_value(object) {
             Ok(p) => p,
             Err(e) => {
                 let msg = format!("object is not a valid Pod: {e}");
-                return Ok(self.refuse(&review, 400, "BadRequest", "invalid_object", &msg));
+                return self.refuse(review, 400, "BadRequest", "invalid_object", &msg);
             }
         };
         match self.rules.review(&pod) {
             Verdict::Skip { reason } => {
                 tracing::info!(pod = %subject, result = "skipped", %reason, "admitted unchanged");
-                Ok((review.allow(None, vec![]), Outcome::Skipped))
+                (review.allow(None, vec![]), Outcome::Skipped)
             }
             Verdict::Deny(denial) => {
                 let (code, reason) = denial.rule.status();
                 tracing::info!(pod = %subject, result = "denied", rule = denial.rule.as_str(), reason = %denial.message, "denied");
-                Ok((
+                (
                     review.deny(code, reason, &denial.message),
                     Outcome::Denied(denial.rule.as_str()),
-                ))
+                )
             }
             Verdict::Admit {
                 pod: mutated,
@@ -141,11 +152,11 @@ impl Webhook {
                     };
                     tracing::info!(pod = %subject, result = ?outcome, managed, operations = patch.0.len(), "admitted");
                     tracing::debug!(pod = %subject, patch = %serde_json::to_string(&patch).unwrap_or_default(), "patch");
-                    Ok((review.allow(Some(&patch), warnings), outcome))
+                    (review.allow(Some(&patch), warnings), outcome)
                 }
                 Err(e) => {
                     let msg = format!("mutated pod could not be encoded: {e}");
-                    Ok(self.refuse(&review, 500, "InternalError", "internal", &msg))
+                    self.refuse(review, 500, "InternalError", "internal", &msg)
                 }
             },
         }

@@ -94,21 +94,36 @@ impl Review {
 
     /// "namespace/name" for logs; generated names are not known yet at CREATE.
     pub fn subject(&self) -> String {
-        let ns = self.request.namespace.as_deref().unwrap_or("");
-        let name = self
-            .request
+        format!("{}/{}", self.namespace(), self.name())
+    }
+
+    /// The object's namespace.
+    pub fn namespace(&self) -> &str {
+        self.request.namespace.as_deref().unwrap_or("")
+    }
+
+    /// The object's name, or its `generateName` prefix (generated names are not known
+    /// yet at CREATE).
+    pub fn name(&self) -> &str {
+        self.request
             .name
             .as_deref()
             .filter(|n| !n.is_empty())
-            .or_else(|| {
-                self.request
-                    .object
-                    .as_ref()
-                    .and_then(|o| o.pointer("/metadata/generateName"))
-                    .and_then(Value::as_str)
-            })
-            .unwrap_or("");
-        format!("{ns}/{name}")
+            .or_else(|| self.object_str("/metadata/generateName"))
+            .unwrap_or("")
+    }
+
+    /// The object's UID (empty at CREATE: the API server assigns it after admission).
+    pub fn object_uid(&self) -> &str {
+        self.object_str("/metadata/uid").unwrap_or("")
+    }
+
+    fn object_str(&self, pointer: &str) -> Option<&str> {
+        self.request
+            .object
+            .as_ref()
+            .and_then(|o| o.pointer(pointer))
+            .and_then(Value::as_str)
     }
 
     /// Allowed, with `patch` (JSON Patch operations) when non-empty.

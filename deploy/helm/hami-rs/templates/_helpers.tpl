@@ -133,6 +133,27 @@ imagePullSecrets:
 {{- printf "%s/vgpu" (trimSuffix "/" .Values.global.gpuHookPath) }}
 {{- end }}
 
+{{/* Where the device plugin creates the containers' HAMi-core directories. */}}
+{{- define "hami-rs.monitorContainersDir" -}}
+{{- printf "%s/containers" (include "hami-rs.hamiCoreDir" .) }}
+{{- end }}
+
+{{/*
+The monitor's image: devicePlugin.monitor.image when it names a repository, else
+HAMi's old devicePlugin.monitorimage ("repo:tag"), else the device plugin's image.
+*/}}
+{{- define "hami-rs.monitorImage" -}}
+{{- $dp := .Values.devicePlugin }}
+{{- $img := ($dp.monitor | default dict).image | default dict }}
+{{- if $img.repository }}
+{{- include "hami-rs.image" (dict "ctx" . "image" $img) }}
+{{- else if get $dp "monitorimage" }}
+{{- get $dp "monitorimage" }}
+{{- else }}
+{{- include "hami-rs.image" (dict "ctx" . "image" $dp.image) }}
+{{- end }}
+{{- end }}
+
 {{/* HAMi's string-or-bool values ("false", false, "true", true). */}}
 {{- define "hami-rs.bool" -}}
 {{- if eq (toString .) "true" }}true{{ else }}false{{ end }}
@@ -202,6 +223,10 @@ templates/validate.yaml, which emits no object.
 {{- $libPath := .Values.devicePlugin.libPath }}
 {{- if and $libPath (ne (trimSuffix "/" $libPath) (include "hami-rs.hamiCoreDir" .)) }}
 {{- fail (printf "devicePlugin.libPath (%s) must be global.gpuHookPath + /vgpu (%s): the device plugin mounts HAMi-core from <gpuHookPath>/vgpu; set global.gpuHookPath instead" $libPath (include "hami-rs.hamiCoreDir" .)) }}
+{{- end }}
+{{- $ctrPath := (.Values.devicePlugin.monitor | default dict).ctrPath }}
+{{- if and $ctrPath (ne (trimSuffix "/" $ctrPath) (include "hami-rs.monitorContainersDir" .)) }}
+{{- fail (printf "devicePlugin.monitor.ctrPath (%s) must be global.gpuHookPath + /vgpu/containers (%s): the device plugin creates the container directories there; set global.gpuHookPath instead" $ctrPath (include "hami-rs.monitorContainersDir" .)) }}
 {{- end }}
 {{- if and (eq .Values.devicePlugin.backend "fake") (not .Values.devicePlugin.fakeDevices) }}
 {{- fail "devicePlugin.backend fake needs devicePlugin.fakeDevices (the content of the --fake-devices file)" }}
