@@ -3,7 +3,7 @@
 //! `hamictl explain` and the live scheduler count the same pods.
 
 use hami_core::holding::{Expiry, PodHolding, Standing, pod_holding};
-use hami_core::ledger::{Ledger, NodeInventory};
+use hami_core::ledger::{Ledger, NodeInventory, unknown_allocations};
 use hami_core::pod::{bound_node, pod_name};
 use hami_core::vendor::{NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -48,6 +48,16 @@ pub fn snapshot_usage(
     for p in pods {
         if skip_uid.is_some() && p.metadata.uid.as_deref() == skip_uid {
             continue;
+        }
+        if let Some(a) = p.metadata.annotations.as_ref() {
+            let unknown = unknown_allocations(a, registry);
+            if !unknown.is_empty() {
+                usage.warnings.push(format!(
+                    "pod {}: {} name vendors not served (switched off or unknown); not counted",
+                    pod_name(p),
+                    unknown.join(",")
+                ));
+            }
         }
         match pod_holding(p, registry, expiry) {
             Ok(PodHolding::Counts(record)) => {

@@ -240,6 +240,27 @@ impl PodRecord {
     }
 }
 
+/// Allocation annotations of vendors `registry` does not serve (a family switched off,
+/// or one hami-rs does not know): the keys, for a warning. Their devices are not
+/// accounted.
+pub fn unknown_allocations(
+    annotations: &BTreeMap<String, String>,
+    registry: &VendorRegistry,
+) -> Vec<String> {
+    annotations
+        .keys()
+        .filter(|k| {
+            let rest = k.strip_prefix("hami.io/").unwrap_or_default();
+            (rest.ends_with("-devices-allocated") || rest.ends_with("-allocated"))
+                && !registry
+                    .vendors()
+                    .iter()
+                    .any(|v| v.allocated_annotation() == k.as_str())
+        })
+        .cloned()
+        .collect()
+}
+
 /// Container kinds of a pod in annotation order (init containers first).
 pub fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
     let Some(spec) = &pod.spec else {
@@ -324,6 +345,12 @@ impl NodeState {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The vendor whose device has this UUID on this node.
+    pub fn vendor_of(&self, uuid: &str) -> Option<&str> {
+        self.position(uuid)
+            .map(|(g, _)| self.inventory.vendors[g].vendor.as_str())
     }
 
     pub fn inventory(&self) -> &NodeInventory {

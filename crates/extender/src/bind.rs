@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use hami_core::annotations as keys;
 use hami_core::engine::PodPlan;
 use hami_core::sync::MutexExt;
+use hami_core::vendor::NodeLocks;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::lock::{self, Acquired, LockError};
 use hami_k8s::patch::{MetadataPatch, is_not_found, patch_pod};
+use hami_k8s::vendor_lock;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -130,7 +132,29 @@ impl Extender {
         node: &str,
     ) -> Result<(), Failure> {
         self.await_write(uid, ns, name).await?;
-        let took = self.acquire_node_lock(node, ns, name).await?;
+        // The locks of the vendors the pod holds devices of (docs/vendors.md#node-locks).
+        let locks = {
+            let st = self.lock_state();
+            let held = st.vendors_held(uid);
+            NodeLocks::for_vendors(&self.registry, held.iter().map(String::as_str))
+        };
+        let took = if locks.shared {
+            Some(self.acquire_node_lock(node, ns, name).await?)
+        } else {
+            None
+        };
+        let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
+        let mut stamped = Vec::new();
+        for (key, expiry) in &locks.stamps {
+            if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
+                self.release_stamp_locks(node, &stamped).await;
+                if release_shared {
+                    self.release_lock(node, ns, name).await;
+                }
+                return Err(f);
+            }
+            stamped.push(key.clone());
+        }
         // The hold may have ended while waiting (the pod was deleted or filtered again).
         let still = self.lock_state().holding_node(uid) == Some(node);
         let bound = if still {
@@ -143,8 +167,11 @@ impl Extender {
                 ),
             ))
         };
-        if bound.is_err() && took != Some(Acquired::Reentered) {
-            self.release_lock(node, ns, name).await;
+        if bound.is_err() {
+            self.release_stamp_locks(node, &stamped).await;
+            if release_shared {
+                self.release_lock(node, ns, name).await;
+            }
         }
         bound
     }
@@ -287,7 +314,37 @@ impl Extender {
         node: &str,
         ns: &str,
         name: &str,
-    ) -> Result<Option<Acquired>, Failure> {
+    ) -> Result<Acquired, Failure> {
+        let timeout = self.settings.node_lock_timeout;
+        self.acquire_waiting(node, || {
+            lock::try_acquire(&self.client, node, ns, name, timeout)
+        })
+        .await
+    }
+
+    /// Takes a vendor's own time-stamp lock (Cambricon's), waiting like for the node lock.
+    async fn acquire_stamp_lock(
+        &self,
+        node: &str,
+        key: &str,
+        expiry: Duration,
+    ) -> Result<(), Failure> {
+        self.acquire_waiting(node, || {
+            vendor_lock::try_acquire(&self.client, node, key, expiry)
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it takes its lock, waiting (bounded by `--node-lock-wait`)
+    /// while the lock is held, on the node's queue.
+    async fn acquire_waiting<T, Fut>(
+        &self,
+        node: &str,
+        mut attempt: impl FnMut() -> Fut,
+    ) -> Result<T, Failure>
+    where
+        Fut: std::future::Future<Output = Result<T, LockError>>,
+    {
         let started = Instant::now();
         let deadline = started + self.settings.node_lock_wait;
         let queue = self.node_queue(node);
@@ -307,20 +364,12 @@ impl Extender {
         let mut changes = self.node_changes.subscribe();
         let mut waited = false;
         loop {
-            match lock::try_acquire(
-                &self.client,
-                node,
-                ns,
-                name,
-                self.settings.node_lock_timeout,
-            )
-            .await
-            {
+            match attempt().await {
                 Ok(a) => {
                     if waited {
                         self.metrics.lock_waited(started.elapsed());
                     }
-                    return Ok(Some(a));
+                    return Ok(a);
                 }
                 Err(e @ LockError::Held { .. }) | Err(e @ LockError::Contended { .. }) => {
                     let now = Instant::now();
@@ -344,6 +393,17 @@ impl Extender {
                     return Err(fail(ErrorReason::NodeGone, format!("node {n} not found")));
                 }
                 Err(e) => return Err(fail(ErrorReason::Api, e.to_string())),
+            }
+        }
+    }
+
+    /// Gives back the vendors' time-stamp locks a failed bind took.
+    async fn release_stamp_locks(&self, node: &str, keys: &[String]) {
+        for key in keys {
+            if let Err(e) = vendor_lock::release(&self.client, node, key).await {
+                tracing::error!(%node, lock = %key, error = %e, "could not release a vendor node lock; it expires on its own");
+                self.metrics
+                    .error(Operation::Bind, ErrorReason::LockReleaseFailed);
             }
         }
     }

@@ -101,12 +101,20 @@ impl<'a> Tally<'a> {
         }
     }
 
-    /// Why each misfit failed; nodes the ledger does not know are asked about in `st`.
-    fn failures(self, st: &SchedState) -> BTreeMap<String, NodeFailure> {
+    /// Why each misfit failed; nodes the ledger does not know, and nodes lacking a
+    /// vendor the pod asks for, are asked about in `st` (a vendor taken out of
+    /// scheduling says why).
+    fn failures(self, st: &SchedState, vendors: &[String]) -> BTreeMap<String, NodeFailure> {
         self.misfits
             .into_iter()
             .map(|(node, f)| {
                 let failure = match f {
+                    Some(FitFailure::InsufficientDevices) => {
+                        match st.vendor_unavailable(node, vendors) {
+                            Some(why) => NodeFailure::Unusable(why),
+                            None => NodeFailure::Fit(FitFailure::InsufficientDevices),
+                        }
+                    }
                     Some(f) => NodeFailure::Fit(f),
                     None => NodeFailure::Unusable(st.unusable_reason(node)),
                 };
@@ -222,7 +230,7 @@ impl Extender {
             |node, outcome| tally.note(node, outcome),
         );
         let Some((node, fit)) = chosen else {
-            return Decision::NoFit(tally.failures(&st));
+            return Decision::NoFit(tally.failures(&st, &plan.vendor_keys));
         };
         let annotations = allocation_annotations(&self.registry, plan, &node, &fit, now);
         let report = st.reserve(&Reservation {

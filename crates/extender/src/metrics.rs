@@ -298,16 +298,26 @@ impl UsageCollector {
         let mut rows = Vec::new();
         for node in state.ledger().nodes() {
             for (vd, usage) in node.groups() {
+                // Vendors counting compute units (AMD) are shown in percent, as HAMi
+                // does: the card is 100, the units taken rounded up.
+                let percent = state
+                    .registry()
+                    .get(&vd.vendor)
+                    .is_none_or(|v| v.cores_in_percent());
                 for (d, u) in vd.devices.iter().zip(usage) {
+                    let (totalcore, usedcores) = match (percent, u64::from(d.cores)) {
+                        (false, total) if total > 0 => (100, (u.cores_used * 100).div_ceil(total)),
+                        (_, total) => (total, u.cores_used),
+                    };
                     rows.push(DeviceRow {
                         node: node.name().to_string(),
                         uuid: d.id.clone(),
                         index: d.index.to_string(),
                         dev_type: d.dev_type.clone(),
                         totalmem: u64::from(d.mem_mib),
-                        totalcore: u64::from(d.cores),
+                        totalcore,
                         usedmem: u.mem_used,
-                        usedcores: u.cores_used,
+                        usedcores,
                         used: u64::from(u.used),
                     });
                 }

@@ -67,6 +67,9 @@ pub struct VendorNode {
     pub handshake: Option<Box<str>>,
     /// `status.allocatable[<count resource>]`, when present.
     pub allocatable: Option<i64>,
+    /// `status.capacity[<count resource>]`, when present (the liveness signal of vendors
+    /// without a handshake).
+    pub capacity: Option<i64>,
 }
 
 /// A placement decision as it shows in pod annotations (node, decision time, device
@@ -265,6 +268,7 @@ impl SchedState {
                     .and_then(|s| s.allocatable.as_ref())
                     .and_then(|a| a.get(v.count_resource()))
                     .and_then(plain_integer),
+                capacity: view.capacity_of(v.count_resource()),
             });
         }
         let shaping = shaping.finish();
@@ -377,6 +381,48 @@ impl SchedState {
             );
         }
         hami_core::reason::NODE_UNREGISTERED.to_string()
+    }
+
+    /// Why the devices of one of `vendors` on a node cannot be used (the plugin is not
+    /// reporting, or its registration is invalid), for FailedNodes; `None` when every
+    /// vendor that has no devices there simply has none.
+    pub fn vendor_unavailable(&self, name: &str, vendors: &[String]) -> Option<String> {
+        let entry = self.nodes.get(name)?;
+        for vendor in vendors {
+            if let Some(why) = entry.unhealthy.get(vendor) {
+                return Some(format!("{vendor} devices unavailable: {why}"));
+            }
+            if let Some(issue) = entry
+                .issues
+                .iter()
+                .find(|i| i.blocking && &i.vendor == vendor)
+            {
+                return Some(format!(
+                    "{vendor} devices unavailable: {} is invalid: {}",
+                    issue.annotation, issue.error
+                ));
+            }
+        }
+        None
+    }
+
+    /// The vendors whose devices the pod holds (what /bind locks for).
+    pub fn vendors_held(&self, uid: &str) -> Vec<String> {
+        let Some(rec) = self.ledger.pod(uid) else {
+            return Vec::new();
+        };
+        let Some(node) = self.ledger.node(&rec.node) else {
+            return Vec::new();
+        };
+        let mut vendors: Vec<String> = rec
+            .charges
+            .iter()
+            .filter_map(|c| node.vendor_of(&c.uuid))
+            .map(String::from)
+            .collect();
+        vendors.sort();
+        vendors.dedup();
+        vendors
     }
 
     // ---- pods ----

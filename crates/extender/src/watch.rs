@@ -204,4 +204,10 @@ fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
     if !applied.report.unknown_devices.is_empty() {
         tracing::warn!(pod = %pod_name(p), devices = ?applied.report.unknown_devices, "pod holds devices its node does not register");
     }
+    if let Some(annotations) = p.metadata.annotations.as_ref() {
+        let unknown = hami_core::ledger::unknown_allocations(annotations, st.registry());
+        if !unknown.is_empty() {
+            tracing::warn!(pod = %pod_name(p), annotations = ?unknown, "pod holds devices of vendors this scheduler does not serve (switched off or unknown); they are not accounted");
+        }
+    }
 }

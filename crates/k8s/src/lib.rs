@@ -3,6 +3,7 @@
 //! - [`client`]: finding the API server the standard way (in-cluster, else `KUBECONFIG`).
 //! - [`lock`]: HAMi's node lock (`hami.io/mutex.lock`) with owners, expiry, re-entrancy and
 //!   takeover of dangling locks, every write guarded by the node's resourceVersion.
+//! - [`vendor_lock`]: a vendor's own time-stamp lock (Cambricon's).
 //! - [`patch`]: JSON merge patches of annotations, the only kind of write HAMi makes.
 //! - [`events`]: a non-blocking recorder of core/v1 Events.
 
@@ -10,3 +11,4 @@ pub mod client;
 pub mod events;
 pub mod lock;
 pub mod patch;
+pub mod vendor_lock;

@@ -483,6 +483,15 @@ impl Cluster {
             .create(&resources::NODES, None, node.to_object())
     }
 
+    /// Creates a node of any device family ([`crate::vendor_node::VendorNode`]).
+    pub fn add_vendor_node(
+        &self,
+        node: &crate::vendor_node::VendorNode,
+    ) -> Result<Value, ApiError> {
+        self.store()
+            .create(&resources::NODES, None, node.to_object())
+    }
+
     /// Creates `n` nodes `gpu-node-0` … with `gpus_per_node` default GPUs each.
     pub fn add_gpu_nodes(&self, n: usize, gpus_per_node: u32) -> Result<Vec<GpuNode>, ApiError> {
         let nodes: Vec<GpuNode> = (0..n)

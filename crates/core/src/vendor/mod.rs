@@ -330,6 +330,46 @@ pub trait Vendor: Send + Sync + Debug {
     ) -> Result<Admission, String>;
 }
 
+/// The node locks /bind takes for a pod on a node (`docs/vendors.md#node-locks`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeLocks {
+    /// `hami.io/mutex.lock`.
+    pub shared: bool,
+    /// Vendors' own time-stamp locks: key and expiry, sorted by key.
+    pub stamps: Vec<(String, Duration)>,
+}
+
+impl NodeLocks {
+    /// The locks of the vendors a pod holds devices of (HAMi locks vendor by vendor in
+    /// sorted order; all share one key but Cambricon). No vendor known: the shared lock,
+    /// as before vendors had their own.
+    pub fn for_vendors<'a>(
+        registry: &VendorRegistry,
+        vendors: impl IntoIterator<Item = &'a str>,
+    ) -> Self {
+        let mut locks = NodeLocks::default();
+        let mut any = false;
+        for key in vendors {
+            let Some(v) = registry.get(key) else {
+                continue;
+            };
+            any = true;
+            match v.node_lock() {
+                NodeLockRule::Shared => locks.shared = true,
+                NodeLockRule::None => {}
+                NodeLockRule::Timestamp { key, expiry } => {
+                    if !locks.stamps.iter().any(|(k, _)| k == key) {
+                        locks.stamps.push((key.to_string(), expiry));
+                    }
+                }
+            }
+        }
+        locks.shared |= !any;
+        locks.stamps.sort();
+        locks
+    }
+}
+
 /// Which optional vendor families are switched on (HAMi's `--enable-ascend`,
 /// `--enable-iluvatar`); every other family is always on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -518,6 +558,28 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), n, "a resource name is claimed twice");
+    }
+
+    #[test]
+    fn node_locks_follow_the_vendors() {
+        let reg = VendorRegistry::from_config(&DeviceConfig::default());
+        let l = NodeLocks::for_vendors(&reg, ["NVIDIA", "MLU"]);
+        assert!(l.shared);
+        assert_eq!(
+            l.stamps,
+            vec![(
+                "cambricon.com/dsmlu.lock".to_string(),
+                Duration::from_secs(120)
+            )]
+        );
+        let l = NodeLocks::for_vendors(&reg, ["MLU"]);
+        assert!(!l.shared && l.stamps.len() == 1);
+        assert_eq!(
+            NodeLocks::for_vendors(&reg, ["Mthreads"]),
+            NodeLocks::default()
+        );
+        assert!(NodeLocks::for_vendors(&reg, []).shared);
+        assert!(NodeLocks::for_vendors(&reg, ["DCU", "AMD"]).shared);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub struct Knobs {
     pub registry_interval: Duration,
     pub handshake_timeout: Duration,
     pub defaults: SchedulerDefaults,
+    /// `--enable-ascend`, `--enable-iluvatar`.
+    pub switches: hami_core::config::VendorSwitches,
 }
 
 impl Default for Knobs {
@@ -41,6 +43,7 @@ impl Default for Knobs {
             registry_interval: Duration::from_secs(15),
             handshake_timeout: Duration::from_secs(60),
             defaults: SchedulerDefaults::default(),
+            switches: Default::default(),
         }
     }
 }
@@ -128,7 +131,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         listener,
         admin_listener,
         tls: TlsConfig::None,
-        devices: DeviceConfig::default(),
+        devices: DeviceConfig::default().with_switches(knobs.switches),
         settings: Settings {
             scheduler_name: "hami-scheduler".into(),
             defaults: knobs.defaults.clone(),
@@ -188,6 +191,59 @@ impl Cluster {
             client,
             ext,
             knobs,
+        }
+    }
+
+    /// Nodes of any device family, and an extender over them.
+    pub async fn start_vendor_nodes(
+        nodes: &[hami_testkit::vendor_node::VendorNode],
+        knobs: Knobs,
+    ) -> Cluster {
+        let server = ApiServer::start().await.unwrap();
+        let client = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
+        let api: Api<Node> = Api::all(client.clone());
+        for node in nodes {
+            let obj: Node = serde_json::from_value(node.to_object()).unwrap();
+            api.create(&PostParams::default(), &obj).await.unwrap();
+        }
+        let ext = start_extender(client.clone(), &knobs).await;
+        Cluster {
+            server,
+            client,
+            ext,
+            knobs,
+        }
+    }
+
+    /// A node annotation, if set.
+    pub async fn node_annotation(&self, node: &str, key: &str) -> Option<String> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.get(node)
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .and_then(|a| a.get(key).cloned())
+    }
+
+    /// Waits (bounded) for an event about node `node` with `reason`.
+    pub async fn wait_node_event(&self, node: &str, reason: &str) -> Event {
+        let api: Api<Event> = Api::all(self.client.clone());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = api.list(&ListParams::default()).await.unwrap().items;
+            if let Some(e) = events.into_iter().find(|e| {
+                e.involved_object.kind.as_deref() == Some("Node")
+                    && e.involved_object.name.as_deref() == Some(node)
+                    && e.reason.as_deref() == Some(reason)
+            }) {
+                return e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {reason} event for node {node}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
