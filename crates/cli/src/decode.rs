@@ -46,9 +46,9 @@ const ALIASES: &[(&str, &str)] = &[
     ("cambricon", "MLU"),
     ("neuron", "AWSNeuron"),
     ("aws-neuron", "AWSNeuron"),
-    ("drs", "Enflame"),
-    ("enflame-drs", "Enflame"),
+    ("enflame", "GCU"),
     ("enflame-gcu", "GCU"),
+    ("kunlunxin", "kunlun"),
     ("metax", "Metax-GPU"),
     ("sgpu", "Metax-SGPU"),
     ("vxpu", "XPU"),
@@ -114,6 +114,7 @@ fn decode_for_vendor(name: &str, value: &str, node: &str) -> anyhow::Result<Vec<
         name: node,
         annotations: &annotations,
         capacity: Some(&capacity),
+        labels: None,
     };
     match vendor.decode_inventory(&view) {
         None => Ok(Vec::new()),

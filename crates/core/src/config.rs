@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 pub use crate::vendor::VendorSwitches;
 pub use crate::vendor::amd::AmdConfig;
 pub use crate::vendor::ascend::{AscendConfig, AscendTemplate, VnpusConfig};
+pub use crate::vendor::awsneuron::AwsNeuronConfig;
 pub use crate::vendor::biren::BirenConfig;
 pub use crate::vendor::cambricon::CambriconConfig;
+pub use crate::vendor::enflame::EnflameConfig;
 pub use crate::vendor::hygon::HygonConfig;
 pub use crate::vendor::iluvatar::IluvatarConfig;
+pub use crate::vendor::kunlun::KunlunConfig;
 pub use crate::vendor::metax::MetaxConfig;
 pub use crate::vendor::mthreads::MthreadsConfig;
 pub use crate::vendor::vastai::VastaiConfig;
@@ -25,9 +28,12 @@ pub struct DeviceConfig {
     pub cambricon: CambriconConfig,
     pub hygon: HygonConfig,
     pub metax: MetaxConfig,
+    pub enflame: EnflameConfig,
     pub mthreads: MthreadsConfig,
     /// Iluvatar's chips, each scheduled as its own vendor (needs `--enable-iluvatar`).
     pub iluvatars: Vec<IluvatarConfig>,
+    pub kunlun: KunlunConfig,
+    pub awsneuron: AwsNeuronConfig,
     pub amd: AmdConfig,
     pub vastai: VastaiConfig,
     pub biren: BirenConfig,
@@ -45,8 +51,11 @@ impl Default for DeviceConfig {
             cambricon: CambriconConfig::default(),
             hygon: HygonConfig::default(),
             metax: MetaxConfig::default(),
+            enflame: EnflameConfig::default(),
             mthreads: MthreadsConfig::default(),
             iluvatars: IluvatarConfig::chart_defaults(),
+            kunlun: KunlunConfig::default(),
+            awsneuron: AwsNeuronConfig::default(),
             amd: AmdConfig::default(),
             vastai: VastaiConfig::default(),
             biren: BirenConfig::default(),

@@ -15,7 +15,7 @@ use crate::fit::{
     enough_devices_pass, fit_container_into,
 };
 use crate::frag::live::{FragModel, free_share};
-use crate::ledger::{Ledger, NodeState};
+use crate::ledger::{Ledger, NodeInventory, NodeState};
 use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
 use crate::reason::NODE_UNREGISTERED;
@@ -130,6 +130,9 @@ pub struct NodeFit {
     pub score: f32,
     /// Per vendor key: devices of every container (init first; empty entries kept).
     pub devices: BTreeMap<String, PodSingleDevice>,
+    /// The node's registered devices (what the allocation annotations may need beyond
+    /// the device strings).
+    pub inventory: Arc<NodeInventory>,
 }
 
 /// One container's picks on one vendor's devices of a node.
@@ -335,7 +338,11 @@ fn materialize(
         }
         devices.insert(key.clone(), per_container);
     }
-    NodeFit { score, devices }
+    NodeFit {
+        score,
+        devices,
+        inventory: node.inventory_arc(),
+    }
 }
 
 /// The outcome of placing one pod over a set of candidate nodes.
@@ -578,9 +585,23 @@ pub fn allocation_annotations(
         }
         out.insert(v.allocated_annotation().to_string(), value);
         let constraints = plan.constraints.get(vendor_key).unwrap_or(&NO_CONSTRAINTS);
+        let requests: Vec<Option<&ContainerDeviceRequest>> = plan
+            .requests
+            .containers
+            .iter()
+            .map(|c| c.by_vendor.get(vendor_key))
+            .collect();
+        let node_devices = fit
+            .inventory
+            .vendors
+            .iter()
+            .find(|vd| &vd.vendor == vendor_key)
+            .map_or(&[][..], |vd| vd.devices.as_slice());
         out.extend(v.extra_annotations(&AllocationContext {
             node,
             devices,
+            requests: &requests,
+            node_devices,
             constraints,
             now_unix,
         }));

@@ -419,6 +419,20 @@ fn walk_in_order(
             let all = std::mem::take(picks);
             picks.extend(chosen.into_iter().filter_map(|i| all.get(i).copied()));
             picks.truncate(req.count as usize);
+            if picks.len() < req.count as usize {
+                // Enough devices fit, but not in a shape the vendor accepts.
+                let reason = s.vendor.choice_failure();
+                let n = match reason {
+                    Reason::AllocatedCardsInsufficientRequest => picks.len().max(1),
+                    _ => 1,
+                };
+                counts.add(reason, n as u32);
+                picks.clear();
+                return Err(FitFailure::Devices {
+                    counts,
+                    devices: serving,
+                });
+            }
         }
     } else if s.policy.topology_aware && picks.len() > req.count as usize {
         let chosen = choose_by_topology(std::mem::take(picks), req.count as usize, set);

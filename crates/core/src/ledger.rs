@@ -357,6 +357,11 @@ impl NodeState {
         &self.inventory
     }
 
+    /// The inventory, shared.
+    pub fn inventory_arc(&self) -> Arc<NodeInventory> {
+        self.inventory.clone()
+    }
+
     /// The vendor's devices and their usage, if the node has any.
     pub fn vendor(&self, vendor: &str) -> Option<(&[DeviceInfo], &[Usage])> {
         self.group(vendor).map(|g| {

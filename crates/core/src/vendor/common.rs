@@ -371,6 +371,7 @@ mod tests {
             name: "n",
             annotations: &ann,
             capacity: Some(&cap),
+            labels: None,
         };
         assert_eq!(capacity_count(&node, "a"), Some(Ok(3)));
         assert_eq!(capacity_count(&node, "z"), None);

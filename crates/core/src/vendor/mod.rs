@@ -9,22 +9,26 @@ mod common;
 
 pub mod amd;
 pub mod ascend;
+pub mod awsneuron;
 pub mod biren;
 pub mod cambricon;
+pub mod enflame;
 pub mod hygon;
 pub mod iluvatar;
+pub mod kunlun;
 pub mod metax;
 pub mod mthreads;
 mod nvidia;
 pub mod vastai;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Node};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use rustc_hash::FxHashMap;
 
 use crate::codec::CodecError;
 use crate::codec::selectors::DeviceSelector;
@@ -78,6 +82,8 @@ pub struct NodeView<'a> {
     pub name: &'a str,
     pub annotations: &'a BTreeMap<String, String>,
     pub capacity: Option<&'a BTreeMap<String, Quantity>>,
+    /// Node labels (AWS Neuron reads the instance type).
+    pub labels: Option<&'a BTreeMap<String, String>>,
 }
 
 /// No annotations (a node without metadata.annotations).
@@ -94,6 +100,7 @@ impl<'a> NodeView<'a> {
                 .as_ref()
                 .unwrap_or(&NO_ANNOTATIONS),
             capacity: node.status.as_ref().and_then(|s| s.capacity.as_ref()),
+            labels: node.metadata.labels.as_ref(),
         }
     }
 
@@ -103,7 +110,13 @@ impl<'a> NodeView<'a> {
             name,
             annotations,
             capacity: None,
+            labels: None,
         }
+    }
+
+    /// A node label.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels?.get(key).map(String::as_str)
     }
 
     /// `status.capacity[resource]` as a plain integer; `None` when absent or not an
@@ -175,6 +188,10 @@ pub struct AllocationContext<'a> {
     pub node: &'a str,
     /// This vendor's devices of every container (init containers first).
     pub devices: &'a PodSingleDevice,
+    /// This vendor's request of every container (same positions), if it has one.
+    pub requests: &'a [Option<&'a ContainerDeviceRequest>],
+    /// The node's devices of this vendor.
+    pub node_devices: &'a [DeviceInfo],
     pub constraints: &'a DeviceConstraints,
     pub now_unix: i64,
 }
@@ -300,6 +317,11 @@ pub trait Vendor: Send + Sync + Debug {
     ) -> Vec<usize> {
         (0..candidates.len().min(count)).collect()
     }
+    /// The reason a node fails with when enough devices fit but
+    /// [`Vendor::choose_devices`] finds no acceptable set (Kunlun: `NumaNotFit`).
+    fn choice_failure(&self) -> Reason {
+        Reason::AllocatedCardsInsufficientRequest
+    }
     /// The TYPE field of an allocated device in the pod device string (the vendor key;
     /// AMD writes the card model).
     fn allocated_type<'a>(
@@ -383,14 +405,21 @@ pub struct VendorSwitches {
 pub struct VendorRegistry {
     vendors: Vec<Arc<dyn Vendor>>,
     /// Resource name → vendors (positions) that read it.
-    by_resource: HashMap<String, Vec<usize>>,
+    by_resource: FxHashMap<String, Vec<usize>>,
+    /// Vendor key → position: every placement looks vendors up by key.
+    by_word: FxHashMap<String, usize>,
 }
 
 impl VendorRegistry {
     pub fn new(mut vendors: Vec<Arc<dyn Vendor>>) -> Self {
         vendors.sort_by(|a, b| a.common_word().cmp(b.common_word()));
         vendors.dedup_by(|a, b| a.common_word() == b.common_word());
-        let mut by_resource: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut by_resource: FxHashMap<String, Vec<usize>> = FxHashMap::default();
+        let by_word = vendors
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v.common_word().to_string(), i))
+            .collect();
         for (i, v) in vendors.iter().enumerate() {
             for r in v.resource_names() {
                 let e = by_resource.entry(r).or_default();
@@ -402,6 +431,7 @@ impl VendorRegistry {
         VendorRegistry {
             vendors,
             by_resource,
+            by_word,
         }
     }
 
@@ -415,6 +445,10 @@ impl VendorRegistry {
             Arc::new(metax::MetaxGpu::new(cfg.metax.clone())),
             Arc::new(metax::MetaxSgpu::new(cfg.metax.clone())),
             Arc::new(mthreads::Mthreads::new(cfg.mthreads.clone())),
+            Arc::new(enflame::EnflameGcu::new(cfg.enflame.clone())),
+            Arc::new(kunlun::KunlunXpu::new(cfg.kunlun.clone())),
+            Arc::new(kunlun::KunlunVxpu::new(cfg.kunlun.clone())),
+            Arc::new(awsneuron::AwsNeuron::new(cfg.awsneuron.clone())),
             Arc::new(amd::Amd::new(cfg.amd.clone())),
             Arc::new(vastai::Vastai::new(cfg.vastai.clone())),
             Arc::new(biren::Biren::new(cfg.biren.clone())),
@@ -446,7 +480,9 @@ impl VendorRegistry {
     }
 
     pub fn get(&self, common_word: &str) -> Option<&Arc<dyn Vendor>> {
-        self.vendors.iter().find(|v| v.common_word() == common_word)
+        self.by_word
+            .get(common_word)
+            .and_then(|i| self.vendors.get(*i))
     }
 
     /// Every resource name any vendor manages.
@@ -522,14 +558,18 @@ mod tests {
             words,
             [
                 "AMD",
+                "AWSNeuron",
                 "Biren",
                 "DCU",
+                "GCU",
                 "MLU",
                 "Metax-GPU",
                 "Metax-SGPU",
                 "Mthreads",
                 "NVIDIA",
-                "Vastai"
+                "Vastai",
+                "XPU",
+                "kunlun"
             ]
         );
         cfg.switches = VendorSwitches {
