@@ -226,6 +226,9 @@ pub struct Ascend {
     cfg: AscendConfig,
     /// `vnpus.hamiVnpuCore`: nodes without the annotation run hami-vnpu-core.
     default_hami_core: bool,
+    /// Every configured chip's count resource: `overwriteEnv` spares containers that
+    /// ask for any of them.
+    chip_resources: Vec<String>,
     register: String,
     handshake: String,
     to_allocate: String,
@@ -235,7 +238,8 @@ pub struct Ascend {
 }
 
 impl Ascend {
-    pub fn new(mut cfg: AscendConfig, default_hami_core: bool) -> Self {
+    /// The chip `cfg` among the `vnpus` section's chips.
+    pub fn new(mut cfg: AscendConfig, vnpus: &VnpusConfig) -> Self {
         cfg.templates.sort_by_key(|t| t.memory);
         let cw = cfg.common_word.clone();
         let use_uuid = format!("hami.io/use-{cw}-uuid");
@@ -247,7 +251,13 @@ impl Ascend {
             allocated: format!("hami.io/{cw}-devices-allocated"),
             runtime_info: format!("huawei.com/{cw}"),
             keys: selector_keys(None, None, Some(&use_uuid), Some(&nouse_uuid)),
-            default_hami_core,
+            default_hami_core: vnpus.hami_vnpu_core,
+            chip_resources: vnpus
+                .configs
+                .iter()
+                .map(|c| c.resource_name.clone())
+                .filter(|r| !r.is_empty())
+                .collect(),
             cfg,
         }
     }
@@ -527,13 +537,15 @@ impl Vendor for Ascend {
         ]
     }
 
-    /// HAMi's rules: `overwriteEnv` hides NPUs from containers asking for none; 910C
+    /// HAMi's rules: `overwriteEnv` hides NPUs from containers asking for none (of any
+    /// chip: HAMi also blanks a container asking for another chip, and that empty value
+    /// would override the one the device plugin gives); 910C
     /// counts in modules; cores only with the soft split; a hard split's memory rounded
     /// up to a template (several devices only whole); the chip's RuntimeClass.
     fn mutate_admission(&self, c: &mut Container, pod: &Annotations) -> Result<Admission, String> {
         let cfg = &self.cfg;
         if !has_limit(c, &cfg.resource_name) {
-            if cfg.overwrite_env {
+            if cfg.overwrite_env && !self.chip_resources.iter().any(|r| has_limit(c, r)) {
                 set_env(c, VISIBLE_DEVICES_ENV, "");
             }
             return Ok(Admission::uses(false));

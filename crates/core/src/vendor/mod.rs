@@ -455,10 +455,7 @@ impl VendorRegistry {
         ];
         if cfg.switches.ascend {
             for chip in &cfg.vnpus.configs {
-                v.push(Arc::new(ascend::Ascend::new(
-                    chip.clone(),
-                    cfg.vnpus.hami_vnpu_core,
-                )));
+                v.push(Arc::new(ascend::Ascend::new(chip.clone(), &cfg.vnpus)));
             }
         }
         if cfg.switches.iluvatar {
