@@ -276,3 +276,45 @@ async fn a_broken_registration_takes_out_only_that_vendor_on_that_node() {
     .await;
     assert_eq!(c.schedule("nv-pod").await, "bad");
 }
+
+#[tokio::test]
+async fn a_family_judged_by_node_capacity_is_out_while_kubelet_reports_none() {
+    install_crypto();
+    let knobs = Knobs {
+        registry_interval: Duration::from_millis(200),
+        ..Knobs::default()
+    };
+    // AMD's plugin registered its cards, but kubelet reports no amd.com/gpu: the plugin
+    // is gone (docs/vendors.md#health).
+    let nodes = vec![
+        VendorNode::new("gone")
+            .nvidia(1, 40960)
+            .amd(1, 196288, 304)
+            .resource("amd.com/gpu", 0),
+    ];
+    let c = Cluster::start_vendor_nodes(&nodes, knobs).await;
+    let ev = c.wait_node_event("gone", "DevicePluginNotReporting").await;
+    assert_eq!(
+        ev.message.unwrap(),
+        "AMD devices are not scheduled: device plugin not reporting: capacity amd.com/gpu is 0"
+    );
+    c.create(&gpu_pod(
+        "amd-pod",
+        &[json!({"amd.com/gpu": "1"})],
+        json!({}),
+    ))
+    .await;
+    let f = c.filter("amd-pod").await;
+    assert_eq!(
+        f.failed_nodes.unwrap()["gone"],
+        "AMD devices unavailable: device plugin not reporting: capacity amd.com/gpu is 0"
+    );
+    // The node's NVIDIA GPUs are untouched.
+    c.create(&gpu_pod(
+        "nv-pod",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "100"})],
+        json!({}),
+    ))
+    .await;
+    assert_eq!(c.schedule("nv-pod").await, "gone");
+}
