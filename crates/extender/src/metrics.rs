@@ -108,7 +108,7 @@ label_values! {
         LockReleaseFailed => "lock_release_failed",
         /// The node is gone.
         NodeGone => "node_gone",
-        /// The pod is gone.
+        /// The pod is gone (deleted, or re-created under its name: another UID).
         PodGone => "pod_gone",
         /// Any other API server failure.
         Api => "api",

@@ -1,5 +1,9 @@
 //! Watch-fed caches: nodes and pods stream into [`SchedState`] through kube's watcher
 //! (list, then watch; relist on 410 or a dropped connection). Nothing here polls.
+//!
+//! Each watch runs supervised (`run.rs`): an error no retry fixes (the API server
+//! refuses the watch) or the stream ending ends the task, so `/readyz` says why and the
+//! supervisor starts it again, which relists.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -39,7 +43,17 @@ impl SyncTracker {
     }
 }
 
+/// Why a watch stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchStopped {
+    #[error("the API server refused the {watch} watch: {error}")]
+    Refused { watch: &'static str, error: String },
+    #[error("the {0} watch stream ended")]
+    Ended(&'static str),
+}
+
 /// What the node watch feeds, and from where.
+#[derive(Clone)]
 pub struct NodeWatch {
     pub client: Client,
     pub state: Arc<Mutex<SchedState>>,
@@ -59,7 +73,10 @@ impl std::fmt::Debug for NodeWatch {
 }
 
 /// Streams nodes (matching the label selector) into the state until `shutdown`.
-pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
+pub async fn watch_nodes(
+    watch: NodeWatch,
+    shutdown: CancellationToken,
+) -> Result<(), WatchStopped> {
     let NodeWatch {
         client,
         state,
@@ -74,7 +91,7 @@ pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
     }
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listed: HashSet<String> = HashSet::new();
-    while let Some(event) = next_event(&mut stream, &shutdown, "node").await {
+    while let Some(event) = next_event(&mut stream, &shutdown, "node").await? {
         {
             let mut st = state.lock_unpoisoned();
             match event {
@@ -101,22 +118,31 @@ pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
         sync.update();
         changes.send_modify(|v| *v = v.wrapping_add(1));
     }
+    Ok(())
 }
 
-/// The next watch event, `None` once shutting down or the stream ended. Errors are logged
-/// and skipped: the watcher retries with backoff (and relists when it must).
+/// The next watch event, `None` once shutting down. Errors a retry may fix are logged and
+/// skipped (the watcher retries with backoff, and relists when it must); the others, and
+/// the stream ending, stop the watch.
 async fn next_event<K>(
     stream: &mut (impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Unpin),
     shutdown: &CancellationToken,
-    what: &str,
-) -> Option<Event<K>> {
+    what: &'static str,
+) -> Result<Option<Event<K>>, WatchStopped> {
     loop {
         let next = tokio::select! {
-            _ = shutdown.cancelled() => return None,
+            _ = shutdown.cancelled() => return Ok(None),
             n = stream.try_next() => n,
         };
         match next {
-            Ok(e) => return e,
+            Ok(Some(e)) => return Ok(Some(e)),
+            Ok(None) => return Err(WatchStopped::Ended(what)),
+            Err(e) if hami_k8s::watch::is_permanent(&e) => {
+                return Err(WatchStopped::Refused {
+                    watch: what,
+                    error: e.to_string(),
+                });
+            }
             Err(e) => tracing::warn!(error = %e, watch = what, "watch failed; retrying"),
         }
     }
@@ -141,13 +167,13 @@ pub async fn watch_pods(
     state: Arc<Mutex<SchedState>>,
     sync: SyncTracker,
     shutdown: CancellationToken,
-) {
+) -> Result<(), WatchStopped> {
     let api: Api<WatchedPod> = Api::all(client);
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     let mut listed: HashSet<String> = HashSet::new();
-    while let Some(event) = next_event(&mut stream, &shutdown, "pod").await {
+    while let Some(event) = next_event(&mut stream, &shutdown, "pod").await? {
         let now = unix_now();
         let mut st = state.lock_unpoisoned();
         match event {
@@ -188,6 +214,7 @@ pub async fn watch_pods(
             }
         }
     }
+    Ok(())
 }
 
 fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {

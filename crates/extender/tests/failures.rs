@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Knobs, chosen, gpu_pod, gpus, node_object};
 use hami_core::codec::{NodeLock, encode_node_lock};
-use hami_k8s::patch::{MetadataPatch, patch_node, patch_pod};
+use hami_k8s::patch::{MetadataPatch, PodRef, patch_node, patch_pod};
 use hami_server::test_support::{http_request, request};
 use hami_testkit::Fault;
 use k8s_openapi::api::core::v1::Node;
@@ -122,8 +122,14 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
         ..Knobs::default()
     };
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
-    c.create(&gpu_pod("holder", &[json!({"cpu": "1"})], json!({})))
-        .await;
+    // A live lock: its pod is bound to the node and being allocated there.
+    let mut holder = gpu_pod(
+        "holder",
+        &[json!({"cpu": "1"})],
+        json!({"hami.io/bind-phase": "allocating"}),
+    );
+    holder.spec.as_mut().unwrap().node_name = Some("n1".into());
+    c.create(&holder).await;
     let now = chrono::Utc::now().fixed_offset();
     patch_node(
         &c.client,
@@ -283,10 +289,10 @@ async fn garbage_bodies_and_hostile_objects_never_panic() {
     nodes.create(&PostParams::default(), &broken).await.unwrap();
     c.create(&gpu_pod("forged", &[json!({"cpu": "1"})], json!({})))
         .await;
+    let forged = c.pods().get("forged").await.unwrap();
     patch_pod(
         &c.client,
-        "default",
-        "forged",
+        PodRef::of(&forged),
         &MetadataPatch::new()
             .annotate("hami.io/vgpu-node", "n1")
             .annotate("hami.io/vgpu-devices-allocated", "n1-gpu0,NVIDIA,-5,x:;"),

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
-use hami_k8s::lock::{self, Acquired, LockError, Released, Takeover};
+use hami_k8s::lock::{self, Acquired, LocalBinds, LockError, Released, Takeover};
 use hami_testkit::{ApiServer, Fault};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
@@ -238,5 +238,80 @@ async fn api_errors_are_retried_and_missing_nodes_reported() {
             .await
             .unwrap(),
         Released::NotLocked
+    );
+}
+
+#[tokio::test]
+async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "orphan", json!({BIND_PHASE: "allocating"})).await;
+    create_pod(&client, "me", json!({})).await;
+    let at = |secs_ago: i64| {
+        (chrono::Utc::now() - chrono::TimeDelta::seconds(secs_ago))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let sole = LocalBinds::sole();
+
+    // Fresh, owner unbound, and this process is binding it: a live lock.
+    set_lock(&client, &format!("{},default,orphan", at(0))).await;
+    let binding = sole.start("default", "orphan");
+    let held = lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole).await;
+    assert!(held.unwrap_err().is_held());
+    // Its bind ended without a Binding (killed, cut off): abandoned, taken over at once.
+    drop(binding);
+    assert!(!sole.is_binding("default", "orphan"));
+    assert_eq!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Abandoned {
+            owner: "default/orphan".into()
+        })
+    );
+    // Without that knowledge the same lock is respected (plain `try_acquire`).
+    set_lock(&client, &format!("{},default,orphan", at(0))).await;
+    assert!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+
+    // Other replicas may bind: a fresh lock may be one of their live binds; an old one
+    // (past the grace) is not.
+    let peers = LocalBinds::with_peers(Duration::from_secs(30));
+    assert!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &peers)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+    set_lock(&client, &format!("{},default,orphan", at(40))).await;
+    assert!(matches!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &peers).await,
+        Ok(Acquired::TookOver(Takeover::Abandoned { .. }))
+    ));
+
+    // A bound owner is being allocated by the device plugin: never abandoned.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "orphan", "namespace": "default"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "orphan",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    set_lock(&client, &format!("{},default,orphan", at(0))).await;
+    assert!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)
+            .await
+            .unwrap_err()
+            .is_held()
     );
 }
