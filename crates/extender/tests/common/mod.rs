@@ -218,21 +218,10 @@ async fn wait_ready(ext: &Extender) {
 impl Cluster {
     /// Nodes `(name, devices)` with allocatable GPUs, and an extender over them.
     pub async fn start(nodes: &[(&str, Vec<DeviceInfo>)], knobs: Knobs) -> Cluster {
-        let server = ApiServer::start().await.unwrap();
-        let client = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
-        let api: Api<Node> = Api::all(client.clone());
-        for (name, devices) in nodes {
-            api.create(&PostParams::default(), &node_object(name, devices, true))
-                .await
-                .unwrap();
-        }
-        let ext = start_extender(client.clone(), &knobs).await;
-        Cluster {
-            server,
-            client,
-            ext,
-            knobs,
-        }
+        let objects = nodes
+            .iter()
+            .map(|(name, devices)| node_object(name, devices, true));
+        Cluster::start_on(objects, knobs).await
     }
 
     /// Nodes of any device family, and an extender over them.
@@ -240,12 +229,19 @@ impl Cluster {
         nodes: &[hami_testkit::vendor_node::VendorNode],
         knobs: Knobs,
     ) -> Cluster {
+        let objects = nodes
+            .iter()
+            .map(|node| serde_json::from_value(node.to_object()).unwrap());
+        Cluster::start_on(objects, knobs).await
+    }
+
+    /// These Node objects in a fresh API server, and an extender over them.
+    async fn start_on(nodes: impl Iterator<Item = Node>, knobs: Knobs) -> Cluster {
         let server = ApiServer::start().await.unwrap();
         let client = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
         let api: Api<Node> = Api::all(client.clone());
         for node in nodes {
-            let obj: Node = serde_json::from_value(node.to_object()).unwrap();
-            api.create(&PostParams::default(), &obj).await.unwrap();
+            api.create(&PostParams::default(), &node).await.unwrap();
         }
         let ext = start_extender(client.clone(), &knobs).await;
         Cluster {
