@@ -172,8 +172,9 @@ fn gpu_binpack_and_spread_choose_devices() {
         gpu_pod("p2", 1, 100, 10),
         &[("hami.io/gpu-scheduler-policy", "binpack")],
     );
+    // p1 took the last of three equal GPUs, as HAMi does (`docs/protocol.md#gpu-policies`).
     let (_, fit) = place_one(&ledger, &plan(&binpack)).chosen.unwrap();
-    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-0");
+    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-2");
     let spread = gpu_pod("p3", 1, 100, 10); // default gpu policy is spread
     let (_, fit) = place_one(&ledger, &plan(&spread)).chosen.unwrap();
     assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-1");
@@ -487,16 +488,24 @@ mod quick_path {
     //! picks; this must never change a placement. The reference is the same plan with a
     //! quota that never binds (a quota takes the full, ordered path).
     use super::*;
-    use hami_core::fit::QuotaBudget;
+    use hami_core::quota::{QuotaBudget, QuotaLimit};
     use proptest::prelude::*;
 
     fn reference(p: &PodPlan) -> PodPlan {
         let mut full = p.clone();
+        let limit = |resource: &str| {
+            Some(QuotaLimit {
+                resource: resource.into(),
+                used: 0,
+                hard: u64::MAX / 4,
+            })
+        };
         full.quota.insert(
             "NVIDIA".into(),
             QuotaBudget {
-                memory: Some(u64::MAX / 4),
-                cores: Some(u64::MAX / 4),
+                namespace: "default".into(),
+                memory: limit("nvidia.com/gpumem"),
+                cores: limit("nvidia.com/gpucores"),
             },
         );
         full
