@@ -155,6 +155,47 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
     c.wait_event("p", "BindingFailed").await;
 }
 
+/// `--node-lock-wait 0` fails at once, as HAMi does, with HAMi's words for a locked node
+/// (`node <n> has been locked within <timeout>`, the timeout as Go prints it).
+#[tokio::test]
+async fn bind_without_waiting_fails_at_once_in_hamis_words() {
+    install_crypto();
+    let knobs = Knobs {
+        node_lock_wait: Duration::ZERO,
+        ..Knobs::default()
+    };
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
+    c.create(&gpu_pod("holder", &[json!({"cpu": "1"})], json!({})))
+        .await;
+    let now = chrono::Utc::now().fixed_offset();
+    patch_node(
+        &c.client,
+        "n1",
+        &MetadataPatch::new().annotate(
+            "hami.io/mutex.lock",
+            encode_node_lock(&NodeLock::owned(now, "default", "holder")),
+        ),
+    )
+    .await
+    .unwrap();
+    c.create(&gpu_pod("p", &[limits(9000)], json!({}))).await;
+    assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+    let started = Instant::now();
+    let b = c.bind("p", "n1").await;
+    assert!(
+        b.error.starts_with("node n1 has been locked within 5m0s ("),
+        "{}",
+        b.error
+    );
+    assert!(
+        b.error.contains("locked by pod default/holder"),
+        "{}",
+        b.error
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "it waited");
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 0);
+}
+
 #[tokio::test]
 async fn a_failed_binding_releases_lock_and_reservation() {
     install_crypto();
