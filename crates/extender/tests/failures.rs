@@ -156,12 +156,15 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
 }
 
 /// `--node-lock-wait 0` fails at once, as HAMi does, with HAMi's words for a locked node
-/// (`node <n> has been locked within <timeout>`, the timeout as Go prints it).
+/// (`node <n> has been locked within <timeout>`, the timeout as Go prints it). The case
+/// of HAMi's `TestLockNodeWithTimeout` (pkg/util/nodelock): a fresh lock of a live pod,
+/// a 2-minute lock timeout, `has been locked within 2m0s`.
 #[tokio::test]
 async fn bind_without_waiting_fails_at_once_in_hamis_words() {
     install_crypto();
     let knobs = Knobs {
         node_lock_wait: Duration::ZERO,
+        node_lock_timeout: Duration::from_secs(120),
         ..Knobs::default()
     };
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
@@ -183,7 +186,7 @@ async fn bind_without_waiting_fails_at_once_in_hamis_words() {
     let started = Instant::now();
     let b = c.bind("p", "n1").await;
     assert!(
-        b.error.starts_with("node n1 has been locked within 5m0s ("),
+        b.error.starts_with("node n1 has been locked within 2m0s ("),
         "{}",
         b.error
     );

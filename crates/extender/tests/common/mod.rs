@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone)]
 pub struct Knobs {
     pub node_lock_wait: Duration,
+    pub node_lock_timeout: Duration,
     pub reservation_timeout: Duration,
     pub registry_interval: Duration,
     pub handshake_timeout: Duration,
@@ -37,6 +38,7 @@ impl Default for Knobs {
     fn default() -> Self {
         Knobs {
             node_lock_wait: Duration::from_secs(5),
+            node_lock_timeout: Duration::from_secs(300),
             reservation_timeout: Duration::from_secs(120),
             registry_interval: Duration::from_secs(15),
             handshake_timeout: Duration::from_secs(60),
@@ -131,7 +133,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         settings: Settings {
             scheduler_name: "hami-scheduler".into(),
             defaults: knobs.defaults.clone(),
-            node_lock_timeout: Duration::from_secs(300),
+            node_lock_timeout: knobs.node_lock_timeout,
             node_lock_wait: knobs.node_lock_wait,
             reservation_timeout: knobs.reservation_timeout,
             body_limit: 1024 * 1024,
