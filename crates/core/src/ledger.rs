@@ -308,6 +308,11 @@ impl NodeState {
         &self.inventory
     }
 
+    /// The inventory itself, shared: a copy that costs one reference count.
+    pub fn shared_inventory(&self) -> &Arc<NodeInventory> {
+        &self.inventory
+    }
+
     /// The vendor's devices and their usage, if the node has any.
     pub fn vendor(&self, vendor: &str) -> Option<(&[DeviceInfo], &[Usage])> {
         self.group(vendor).map(|g| {
@@ -571,6 +576,11 @@ impl Ledger {
 
     pub fn node(&self, name: &str) -> Option<&NodeState> {
         self.nodes.get(name)
+    }
+
+    /// Nodes in no particular order (cheaper than [`Ledger::nodes`]).
+    pub fn nodes_unordered(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
     }
 
     /// Nodes in name order.

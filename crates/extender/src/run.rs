@@ -21,7 +21,7 @@ use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
 use crate::service::{Extender, ExtenderParts, Settings};
 use crate::state::SchedState;
-use crate::watch::{NodeWatch, SyncTracker, watch_nodes, watch_pods};
+use crate::watch::{NodeWatch, SyncTracker, watch_nodes, watch_pods, watch_quotas};
 
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +55,8 @@ pub struct Service {
     pub handshake_timeout: Duration,
     /// kube-scheduler's Lease to follow, when leader election is on.
     pub leader_lease: Option<LeaseRef>,
+    /// Also export HAMi's pre-2.8 metric names (`--legacy-metrics`).
+    pub legacy_metrics: bool,
     /// Answer /filter and /bind on a thread of their own (one-thread runtime), while
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
@@ -108,6 +110,7 @@ impl Service {
             registry_interval: cli.registry_interval,
             handshake_timeout: cli.handshake_timeout,
             leader_lease,
+            legacy_metrics: cli.legacy_metrics,
             dedicated_http_thread: true,
         })
     }
@@ -123,8 +126,8 @@ pub async fn serve_service(
     let ttl = i64::try_from(svc.settings.reservation_timeout.as_secs()).unwrap_or(i64::MAX);
     let state = Arc::new(Mutex::new(SchedState::new(registry.clone(), ttl)));
     let mut prom = Registry::default();
-    let metrics = Metrics::register(&mut prom, state.clone());
-    let readiness = Readiness::not_ready("node and pod caches have not synced yet");
+    let metrics = Metrics::register(&mut prom, state.clone(), svc.legacy_metrics);
+    let readiness = Readiness::not_ready("node, pod and resourcequota caches have not synced yet");
     let admin = AdminState {
         readiness: readiness.clone(),
         registry: Arc::new(prom),
@@ -168,6 +171,12 @@ pub async fn serve_service(
     };
     tokio::spawn(watch_nodes(nodes, shutdown.clone()));
     tokio::spawn(watch_pods(
+        client.clone(),
+        state.clone(),
+        sync.clone(),
+        shutdown.clone(),
+    ));
+    tokio::spawn(watch_quotas(
         client.clone(),
         state.clone(),
         sync,

@@ -111,7 +111,7 @@ impl Extender {
         self.state.lock_unpoisoned()
     }
 
-    /// Waits until the node and pod caches have synced, up to `sync_wait`.
+    /// Waits until the node, pod and resourcequota caches have synced, up to `sync_wait`.
     pub(crate) async fn wait_synced(&self) -> Result<(), String> {
         let deadline = Instant::now() + self.settings.sync_wait;
         loop {
@@ -120,7 +120,7 @@ impl Extender {
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "hami-scheduler has not finished listing nodes and pods after {}s; try again",
+                    "hami-scheduler has not finished listing nodes, pods and resourcequotas after {}s; try again",
                     self.settings.sync_wait.as_secs()
                 ));
             }

@@ -40,9 +40,10 @@ async fn one_container_pod_is_placed_annotated_locked_and_bound() {
         .wait_annotations("p", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
         .await;
     assert_eq!(a["hami.io/vgpu-node"], "n1");
+    // Two equal GPUs: the last registered one, as HAMi takes it.
     assert_eq!(
         a["hami.io/vgpu-devices-allocated"],
-        "n1-gpu0,NVIDIA,4000,30:;"
+        "n1-gpu1,NVIDIA,4000,30:;"
     );
     assert_eq!(
         a["hami.io/vgpu-devices-to-allocate"],
@@ -83,8 +84,8 @@ async fn one_container_pod_is_placed_annotated_locked_and_bound() {
     c.finish_allocation("p", "n1").await;
     assert_eq!(c.node_lock("n1").await, None);
     let used = c.allocated_mem().await;
-    assert_eq!(used["n1-gpu0"], 4000);
-    assert_eq!(used["n1-gpu1"], 0);
+    assert_eq!(used["n1-gpu1"], 4000);
+    assert_eq!(used["n1-gpu0"], 0);
 }
 
 #[tokio::test]
@@ -102,7 +103,8 @@ async fn node_and_gpu_policies_binpack_and_spread() {
     assert_eq!(c.schedule("first").await, "n1");
     c.finish_allocation("first", "n1").await;
 
-    // Node binpack (default): the busier node; GPU spread (default): its idle GPU.
+    // Node binpack (default): the busier node; GPU spread (default): its idle GPU
+    // (`first` took n1-gpu1, the last of two equal GPUs).
     c.create(&gpu_pod("bp", std::slice::from_ref(&limits), json!({})))
         .await;
     assert_eq!(c.schedule("bp").await, "n1");
@@ -110,7 +112,7 @@ async fn node_and_gpu_policies_binpack_and_spread() {
         .wait_annotations("bp", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
         .await;
     assert!(
-        a["hami.io/vgpu-devices-allocated"].starts_with("n1-gpu1,"),
+        a["hami.io/vgpu-devices-allocated"].starts_with("n1-gpu0,"),
         "{a:?}"
     );
     c.finish_allocation("bp", "n1").await;

@@ -32,6 +32,7 @@ pub struct Knobs {
     pub registry_interval: Duration,
     pub handshake_timeout: Duration,
     pub defaults: SchedulerDefaults,
+    pub legacy_metrics: bool,
 }
 
 impl Default for Knobs {
@@ -43,6 +44,7 @@ impl Default for Knobs {
             registry_interval: Duration::from_secs(15),
             handshake_timeout: Duration::from_secs(60),
             defaults: SchedulerDefaults::default(),
+            legacy_metrics: false,
         }
     }
 }
@@ -143,6 +145,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         registry_interval: knobs.registry_interval,
         handshake_timeout: knobs.handshake_timeout,
         leader_lease: None,
+        legacy_metrics: knobs.legacy_metrics,
         dedicated_http_thread: true,
     };
     let shutdown = CancellationToken::new();
