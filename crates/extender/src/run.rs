@@ -168,6 +168,7 @@ pub async fn serve_service(
         label_selector: svc.node_label_selector.clone(),
         changes: changes.clone(),
         sync: sync.clone(),
+        events: events.clone(),
     };
     tokio::spawn(watch_nodes(nodes, shutdown.clone()));
     tokio::spawn(watch_pods(

@@ -391,3 +391,44 @@ async fn unbound_reservations_expire_and_free_their_gpus() {
     let b = c.bind("ghost", "n1").await;
     assert!(b.error.contains("must be filtered again"), "{}", b.error);
 }
+
+/// A malformed `hami.io/node-nvidia-score` keeps the node (HAMi would treat it as
+/// unregistered): pods still land there, topology-aware ones without pair scores, and a
+/// Node event names the node and the bad value (`docs/protocol.md#node-annotations`).
+#[tokio::test]
+async fn a_malformed_node_score_keeps_the_node_without_topology() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    hami_k8s::patch::patch_node(
+        &c.client,
+        "n1",
+        &hami_k8s::patch::MetadataPatch::new()
+            .annotate("hami.io/node-nvidia-score", "not-json{"),
+    )
+    .await
+    .unwrap();
+    let event = c.wait_event("n1", "NodeScoreInvalid").await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("hami.io/node-nvidia-score on node n1 is invalid")
+            && message.contains("value \"not-json{\"")
+            && message.contains("stays schedulable"),
+        "{message}"
+    );
+    assert_eq!(event.involved_object.kind.as_deref(), Some("Node"));
+    c.create(&gpu_pod(
+        "topo",
+        &[json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"})],
+        json!({"hami.io/gpu-scheduler-policy": "topology-aware"}),
+    ))
+    .await;
+    assert_eq!(c.schedule("topo").await, "n1");
+    let a = c
+        .wait_annotations("topo", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
+        .await;
+    // Without pair scores every pair ties: the first pair in walk order.
+    assert_eq!(
+        a["hami.io/vgpu-devices-allocated"],
+        "n1-gpu1,NVIDIA,1000,0:n1-gpu0,NVIDIA,1000,0:;"
+    );
+}
