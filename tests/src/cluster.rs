@@ -142,7 +142,13 @@ impl DemoCluster {
         std::fs::create_dir_all(&webhook_dir)
             .map_err(HarnessError::io("creating the webhook directory"))?;
         let (webhook_setup, listener) =
-            WebhookSetup::prepare(&webhook_dir, &spec.scheduler_name, spec.devices.clone()).await?;
+            WebhookSetup::prepare(
+                &webhook_dir,
+                &spec.scheduler_name,
+                spec.devices.clone(),
+                client.clone(),
+            )
+            .await?;
         api.register_service(
             webhook::NAMESPACE,
             webhook::SERVICE,

@@ -32,6 +32,8 @@ pub(crate) struct WebhookSetup {
     cert: PathBuf,
     key: PathBuf,
     rules: RuleConfig,
+    /// The API server's client, for the quota rule's ResourceQuota watch.
+    client: kube::Client,
 }
 
 impl WebhookSetup {
@@ -42,6 +44,7 @@ impl WebhookSetup {
         dir: &std::path::Path,
         scheduler_name: &str,
         devices: DeviceConfig,
+        client: kube::Client,
     ) -> Result<(Self, TcpListener), HarnessError> {
         let names = certgen::dns_names(SERVICE, NAMESPACE);
         let bundle = certgen::generate(&names, 1)
@@ -68,6 +71,7 @@ impl WebhookSetup {
                 cert,
                 key,
                 rules,
+                client,
             },
             listener,
         ))
@@ -91,6 +95,7 @@ impl WebhookSetup {
             },
             rules: self.rules.clone(),
             body_limit: hami_webhook::handler::DEFAULT_BODY_LIMIT,
+            quota_client: Some(self.client.clone()),
         };
         let stop = CancellationToken::new();
         Ok(Running::spawn(

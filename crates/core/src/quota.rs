@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::ResourceQuota;
 
-use crate::request::plain_integer;
+use crate::accounting::collapsed_totals;
+use crate::request::{PodRequests, plain_integer};
 use crate::vendor::{Vendor, VendorRegistry};
 
 /// The prefix of the `spec.hard` keys HAMi reads.
@@ -220,6 +221,31 @@ impl QuotaBook {
     }
 }
 
+/// What a pod alone asks of a vendor's quota resources, as HAMi's webhook counts it:
+/// memory × count and cores × count per container, regular init containers at their peak
+/// against the app containers' sum (sidecars beside both). Memory asked as a percentage
+/// counts 0 here: its MiB depend on the device, known only at the fit.
+pub fn pod_request(requests: &PodRequests, vendor: &str) -> NamespaceUse {
+    let kinds: Vec<_> = requests.containers.iter().map(|c| c.kind).collect();
+    // One shared key: the collapse then takes max(init peak, app sum) over the pod.
+    let entries = requests
+        .containers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, c)| c.by_vendor.get(vendor).map(|r| (i, r)))
+        .map(|(i, r)| {
+            let count = u64::from(r.count);
+            (
+                i,
+                0u8,
+                u64::from(r.mem_mib) * count,
+                u64::from(r.cores) * count,
+            )
+        });
+    let (memory, cores) = collapsed_totals(entries, &kinds);
+    NamespaceUse { memory, cores }
+}
+
 /// One limited resource of a namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuotaLimit {
@@ -377,6 +403,59 @@ mod tests {
         book.retain(&BTreeSet::from([("b".to_string(), "q".to_string())]));
         assert_eq!(book.limit("a", "nvidia.com/gpumem"), None);
         assert_eq!(book.limit("b", "nvidia.com/gpumem"), Some(2));
+    }
+
+    /// HAMi's webhook count: Σ app (memory × count) against the largest init container.
+    #[test]
+    fn a_pods_own_request_counts_init_containers_at_their_peak() {
+        use crate::request::ContainerKind;
+        use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
+        let c = |name: &str, limits: &[(&str, &str)]| Container {
+            name: name.into(),
+            resources: Some(ResourceRequirements {
+                limits: Some(
+                    limits
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                        .collect(),
+                ),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let pod = Pod {
+            spec: Some(PodSpec {
+                init_containers: Some(vec![c(
+                    "init",
+                    &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "9000")],
+                )]),
+                containers: vec![
+                    c(
+                        "a",
+                        &[
+                            ("nvidia.com/gpu", "2"),
+                            ("nvidia.com/gpumem", "3000"),
+                            ("nvidia.com/gpucores", "10"),
+                        ],
+                    ),
+                    c("b", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1000")]),
+                    c("pct", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem-percentage", "50")]),
+                ],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let requests = PodRequests::from_pod(&pod, &registry()).unwrap();
+        assert_eq!(requests.containers[0].kind, ContainerKind::Init);
+        // Apps: 2 × 3000 + 1000 (+ 0 for the percentage) = 7000 < init 9000; cores 20.
+        assert_eq!(
+            pod_request(&requests, "NVIDIA"),
+            NamespaceUse {
+                memory: 9000,
+                cores: 20
+            }
+        );
+        assert_eq!(pod_request(&requests, "MLU"), NamespaceUse::default());
     }
 
     #[test]

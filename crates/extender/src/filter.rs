@@ -216,7 +216,7 @@ impl Extender {
         let mut tally = Tally::default();
         let mut st = self.lock_state();
         st.begin_filter(&pod_id.uid, now);
-        plan.quota = st.quota_budgets(&pod_id.namespace, &plan.vendor_keys);
+        plan.quota = st.quota_budgets(&self.quotas.read(), &pod_id.namespace, &plan.vendor_keys);
         let chosen = place_reporting(
             plan,
             &self.registry,

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hami_core::ledger::NodeInventory;
+use hami_core::quota::QuotaBook;
 use hami_core::score::Usage;
 use hami_core::sync::MutexExt;
 use prometheus_client::collector::Collector;
@@ -22,6 +23,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use hami_k8s::quotas::QuotaCache;
 
 use crate::state::SchedState;
 
@@ -152,7 +155,12 @@ pub struct Metrics {
 impl Metrics {
     /// Registers the series, `hami_build_info`, and the collector of HAMi's series
     /// reading `state` at scrape time (`legacy`: also HAMi's pre-2.8 names).
-    pub fn register(registry: &mut Registry, state: Arc<Mutex<SchedState>>, legacy: bool) -> Self {
+    pub fn register(
+        registry: &mut Registry,
+        state: Arc<Mutex<SchedState>>,
+        quotas: QuotaCache,
+        legacy: bool,
+    ) -> Self {
         // 25 µs .. ~0.8 s
         let filter_duration = Histogram::new(exponential_buckets(0.000_025, 2.0, 16));
         registry.register(
@@ -203,7 +211,11 @@ impl Metrics {
             "1 when this replica's kube-scheduler holds the leader Lease (or leader election is off)",
             leader.clone(),
         );
-        registry.register_collector(Box::new(UsageCollector { state, legacy }));
+        registry.register_collector(Box::new(UsageCollector {
+            state,
+            quotas,
+            legacy,
+        }));
         hami_server::build_info::register_build_info(registry);
         Metrics {
             filter_duration,
@@ -329,7 +341,7 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    fn take(state: &Mutex<SchedState>) -> Self {
+    fn take(state: &Mutex<SchedState>, quotas: &QuotaCache) -> Self {
         let mut nodes: Vec<NodeCopy> = {
             let st = state.lock_unpoisoned();
             st.ledger()
@@ -357,7 +369,7 @@ impl Snapshot {
                 });
             }
         }
-        let quotas = quota_rows(&st);
+        let quotas = quota_rows(&st, &quotas.read());
         drop(st);
         pods.sort_unstable_by(|a, b| {
             (&a.namespace, &a.pod, &a.uuid).cmp(&(&b.namespace, &b.pod, &b.uuid))
@@ -395,7 +407,7 @@ impl Snapshot {
 /// HAMi's quota entries: every resource a namespace's pods use (memory and cores of
 /// each vendor they hold devices of) or a ResourceQuota limits, with the limit when set
 /// (`docs/protocol.md#metrics`).
-fn quota_rows(st: &SchedState) -> Vec<QuotaRow> {
+fn quota_rows(st: &SchedState, book: &QuotaBook) -> Vec<QuotaRow> {
     let mut rows: BTreeMap<(String, String), QuotaRow> = BTreeMap::new();
     let mut add = |namespace: &str, resource: &str, used: u64| {
         rows.entry((namespace.to_string(), resource.to_string()))
@@ -403,7 +415,7 @@ fn quota_rows(st: &SchedState) -> Vec<QuotaRow> {
                 namespace: namespace.to_string(),
                 resource: resource.to_string(),
                 used: 0,
-                limit: st.quotas().limit(namespace, resource),
+                limit: book.limit(namespace, resource),
             })
             .used += used;
     };
@@ -419,7 +431,7 @@ fn quota_rows(st: &SchedState) -> Vec<QuotaRow> {
             add(namespace, cores, u.cores);
         }
     }
-    for (namespace, resource, _) in st.quotas().limits() {
+    for (namespace, resource, _) in book.limits() {
         add(namespace, resource, 0);
     }
     rows.into_values().collect()
@@ -429,6 +441,7 @@ fn quota_rows(st: &SchedState) -> Vec<QuotaRow> {
 #[derive(Debug)]
 struct UsageCollector {
     state: Arc<Mutex<SchedState>>,
+    quotas: QuotaCache,
     /// Also HAMi's pre-2.8 names (`--legacy-metrics`).
     legacy: bool,
 }
@@ -780,7 +793,7 @@ impl UsageCollector {
 
 impl Collector for UsageCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snap = Snapshot::take(&self.state);
+        let snap = Snapshot::take(&self.state, &self.quotas);
         let rows = snap.device_rows();
         self.encode_devices(&mut encoder, &rows)?;
         self.encode_pods(&mut encoder, &snap.pods)?;
@@ -831,9 +844,11 @@ mod tests {
     /// strings as before they were typed.
     #[test]
     fn typed_labels_encode_as_their_fixed_strings() {
-        let state = SchedState::new(VendorRegistry::from_config(&DeviceConfig::default()), 60);
+        let vendors = VendorRegistry::from_config(&DeviceConfig::default());
+        let quotas = QuotaCache::new(&vendors);
+        let state = SchedState::new(vendors, 60);
         let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry, Arc::new(Mutex::new(state)), false);
+        let metrics = Metrics::register(&mut registry, Arc::new(Mutex::new(state)), quotas, false);
         for o in FilterOutcome::ALL {
             metrics.filter_done(*o, Duration::ZERO);
         }

@@ -7,6 +7,7 @@ use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
+use hami_k8s::quotas::QuotaCache;
 use hami_server::admin::{AdminState, Readiness, serve_admin};
 use hami_server::device_config::load_device_config;
 use hami_server::{CancellationToken, TlsConfig, serve};
@@ -21,7 +22,7 @@ use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
 use crate::service::{Extender, ExtenderParts, Settings};
 use crate::state::SchedState;
-use crate::watch::{NodeWatch, SyncTracker, watch_nodes, watch_pods, watch_quotas};
+use crate::watch::{NodeWatch, SyncTracker, watch_nodes, watch_pods};
 
 /// Why the service could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -125,8 +126,9 @@ pub async fn serve_service(
     let registry = VendorRegistry::from_config(&svc.devices);
     let ttl = i64::try_from(svc.settings.reservation_timeout.as_secs()).unwrap_or(i64::MAX);
     let state = Arc::new(Mutex::new(SchedState::new(registry.clone(), ttl)));
+    let quotas = QuotaCache::new(&registry);
     let mut prom = Registry::default();
-    let metrics = Metrics::register(&mut prom, state.clone(), svc.legacy_metrics);
+    let metrics = Metrics::register(&mut prom, state.clone(), quotas.clone(), svc.legacy_metrics);
     let readiness = Readiness::not_ready("node, pod and resourcequota caches have not synced yet");
     let admin = AdminState {
         readiness: readiness.clone(),
@@ -143,7 +145,7 @@ pub async fn serve_service(
         .unwrap_or_else(|| svc.settings.scheduler_name.clone());
     let events = Recorder::start(client.clone(), &svc.settings.scheduler_name, &instance);
     let (changes, _) = watch::channel(0u64);
-    let sync = SyncTracker::new(state.clone(), readiness);
+    let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness);
 
     let leadership = match &svc.leader_lease {
         None => {
@@ -177,10 +179,9 @@ pub async fn serve_service(
         sync.clone(),
         shutdown.clone(),
     ));
-    tokio::spawn(watch_quotas(
+    tokio::spawn(quotas.clone().watch(
         client.clone(),
-        state.clone(),
-        sync,
+        move || sync.update(),
         shutdown.clone(),
     ));
     tokio::spawn(expire_reservations(
@@ -202,6 +203,7 @@ pub async fn serve_service(
     let extender = Arc::new(Extender::new(
         ExtenderParts {
             state,
+            quotas,
             client,
             events,
             metrics,

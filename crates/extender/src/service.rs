@@ -8,6 +8,7 @@ use hami_core::engine::SchedulerDefaults;
 use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
+use hami_k8s::quotas::QuotaCache;
 use hami_server::body::read_request_bounded;
 use hami_server::{Handler, HttpResponse, handler_fn, respond};
 use hyper::body::Incoming;
@@ -44,6 +45,8 @@ pub enum WriteState {
 /// The extender: what /filter and /bind share.
 pub struct Extender {
     pub(crate) state: Arc<Mutex<SchedState>>,
+    /// The namespaces' ResourceQuota limits.
+    pub(crate) quotas: QuotaCache,
     pub(crate) registry: VendorRegistry,
     pub(crate) client: Client,
     pub(crate) events: Recorder,
@@ -70,6 +73,7 @@ impl std::fmt::Debug for Extender {
 /// What the extender works with, made by the caller.
 pub struct ExtenderParts {
     pub state: Arc<Mutex<SchedState>>,
+    pub quotas: QuotaCache,
     pub client: Client,
     pub events: Recorder,
     pub metrics: Metrics,
@@ -87,6 +91,7 @@ impl Extender {
     pub fn new(parts: ExtenderParts, settings: Settings) -> Self {
         let ExtenderParts {
             state,
+            quotas,
             client,
             events,
             metrics,
@@ -95,6 +100,7 @@ impl Extender {
         let registry = state.lock_unpoisoned().registry().clone();
         Extender {
             state,
+            quotas,
             registry,
             client,
             events,
@@ -115,7 +121,7 @@ impl Extender {
     pub(crate) async fn wait_synced(&self) -> Result<(), String> {
         let deadline = Instant::now() + self.settings.sync_wait;
         loop {
-            if self.lock_state().synced() {
+            if self.quotas.synced() && self.lock_state().synced() {
                 return Ok(());
             }
             if Instant::now() >= deadline {

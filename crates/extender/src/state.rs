@@ -30,10 +30,10 @@ use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
 };
 use hami_core::model::PodSingleDevice;
-use hami_core::quota::{QuotaBook, QuotaBudget, QuotaIssue};
+use hami_core::quota::{QuotaBook, QuotaBudget};
 use hami_core::request::{ContainerKind, plain_integer};
 use hami_core::vendor::VendorRegistry;
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Abandoned decisions remembered per pod.
@@ -164,11 +164,8 @@ pub struct SchedState {
     reservation_ttl: i64,
     /// Bumped when a pod relist starts; reservations made since survive its end.
     epoch: u64,
-    /// The namespaces' ResourceQuota limits on device resources.
-    quotas: QuotaBook,
     nodes_synced: bool,
     pods_synced: bool,
-    quotas_synced: bool,
     /// Keys the signature hash: annotations cannot be crafted to collide with a
     /// decision of this process.
     hasher: RandomState,
@@ -177,6 +174,7 @@ pub struct SchedState {
 impl SchedState {
     pub fn new(registry: VendorRegistry, reservation_ttl_secs: i64) -> Self {
         SchedState {
+            registry,
             ledger: Ledger::new(),
             nodes: BTreeMap::new(),
             pods: FxHashMap::default(),
@@ -184,12 +182,9 @@ impl SchedState {
             binding: FxHashSet::default(),
             reservation_ttl: reservation_ttl_secs.max(1),
             epoch: 0,
-            quotas: QuotaBook::new(&registry),
             nodes_synced: false,
             pods_synced: false,
-            quotas_synced: false,
             hasher: RandomState::new(),
-            registry,
         }
     }
 
@@ -201,13 +196,8 @@ impl SchedState {
         &self.ledger
     }
 
-    /// Nodes, pods and ResourceQuotas have been listed: decisions see every limit.
     pub fn synced(&self) -> bool {
-        self.nodes_synced && self.pods_synced && self.quotas_synced
-    }
-
-    pub fn set_quotas_synced(&mut self) {
-        self.quotas_synced = true;
+        self.nodes_synced && self.pods_synced
     }
 
     pub fn set_nodes_synced(&mut self) {
@@ -377,32 +367,15 @@ impl SchedState {
 
     // ---- ResourceQuotas (`docs/protocol.md#resourcequota`) ----
 
-    /// Records a ResourceQuota from a watch event; returns the limits it had to leave out.
-    pub fn apply_quota(&mut self, quota: &ResourceQuota) -> Vec<QuotaIssue> {
-        self.quotas.apply(quota)
-    }
-
-    pub fn delete_quota(&mut self, namespace: &str, name: &str) {
-        self.quotas.remove(namespace, name);
-    }
-
-    /// After a relist: forgets the ResourceQuotas that were not listed.
-    pub fn retain_quotas(&mut self, listed: &std::collections::BTreeSet<(String, String)>) {
-        self.quotas.retain(listed);
-    }
-
-    pub fn quotas(&self) -> &QuotaBook {
-        &self.quotas
-    }
-
-    /// What the namespace's limits leave for a pod asking for these vendors, given what
-    /// the namespace holds now (reservations included).
+    /// What the namespace's limits (in `quotas`) leave for a pod asking for these vendors,
+    /// given what the namespace holds now (reservations included).
     pub fn quota_budgets(
         &self,
+        quotas: &QuotaBook,
         namespace: &str,
         vendor_keys: &[String],
     ) -> BTreeMap<String, QuotaBudget> {
-        if !self.quotas.limits_namespace(namespace) {
+        if !quotas.limits_namespace(namespace) {
             return BTreeMap::new();
         }
         vendor_keys
@@ -410,7 +383,7 @@ impl SchedState {
             .filter_map(|key| {
                 let vendor = self.registry.get(key)?;
                 let used = self.ledger.namespace_use(namespace, key);
-                let budget = self.quotas.budget(namespace, vendor.as_ref(), used)?;
+                let budget = quotas.budget(namespace, vendor.as_ref(), used)?;
                 Some((key.clone(), budget))
             })
             .collect()

@@ -1,8 +1,8 @@
-//! Watch-fed caches: nodes, pods and ResourceQuotas stream into [`SchedState`] through
-//! kube's watcher (list, then watch; relist on 410 or a dropped connection). Nothing here
-//! polls.
+//! Watch-fed caches: nodes and pods stream into [`SchedState`] through kube's watcher
+//! (list, then watch; relist on 410 or a dropped connection); ResourceQuotas into
+//! [`hami_k8s::quotas::QuotaCache`]. Nothing here polls.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,9 +11,10 @@ use hami_core::annotations as keys;
 use hami_core::pod::pod_name;
 use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Recorder, Subject};
+use hami_k8s::quotas::QuotaCache;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
-use k8s_openapi::api::core::v1::{Node, Pod, ResourceQuota};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -24,20 +25,25 @@ use crate::service::unix_now;
 use crate::slim::WatchedPod;
 use crate::state::SchedState;
 
-/// Which caches have synced, so readiness is reported once both have.
+/// Which caches have synced, so readiness is reported once all have.
 #[derive(Debug, Clone)]
 pub struct SyncTracker {
     state: Arc<Mutex<SchedState>>,
+    quotas: QuotaCache,
     readiness: Readiness,
 }
 
 impl SyncTracker {
-    pub fn new(state: Arc<Mutex<SchedState>>, readiness: Readiness) -> Self {
-        SyncTracker { state, readiness }
+    pub fn new(state: Arc<Mutex<SchedState>>, quotas: QuotaCache, readiness: Readiness) -> Self {
+        SyncTracker {
+            state,
+            quotas,
+            readiness,
+        }
     }
 
-    fn update(&self) {
-        if self.state.lock_unpoisoned().synced() {
+    pub fn update(&self) {
+        if self.quotas.synced() && self.state.lock_unpoisoned().synced() {
             self.readiness.set_ready();
         }
     }
@@ -282,58 +288,6 @@ fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
     }
     if !applied.report.unknown_devices.is_empty() {
         tracing::warn!(pod = %pod_name(p), devices = ?applied.report.unknown_devices, "pod holds devices its node does not register");
-    }
-}
-
-/// Streams every ResourceQuota into the state until `shutdown`: the namespaces' limits on
-/// device memory and cores (`docs/protocol.md#resourcequota`).
-pub async fn watch_quotas(
-    client: Client,
-    state: Arc<Mutex<SchedState>>,
-    sync: SyncTracker,
-    shutdown: CancellationToken,
-) {
-    let api: Api<ResourceQuota> = Api::all(client);
-    let mut stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut listed: BTreeSet<(String, String)> = BTreeSet::new();
-    while let Some(event) = next_event(&mut stream, &shutdown, "resourcequota").await {
-        {
-            let mut st = state.lock_unpoisoned();
-            match event {
-                Event::Init => listed.clear(),
-                Event::InitApply(q) => {
-                    listed.insert(quota_key(&q));
-                    apply_quota(&mut st, &q);
-                }
-                Event::InitDone => {
-                    st.retain_quotas(&listed);
-                    st.set_quotas_synced();
-                    tracing::info!(quotas = listed.len(), "resourcequota cache synced");
-                    listed = BTreeSet::new();
-                }
-                Event::Apply(q) => apply_quota(&mut st, &q),
-                Event::Delete(q) => {
-                    let (namespace, name) = quota_key(&q);
-                    st.delete_quota(&namespace, &name);
-                }
-            }
-        }
-        sync.update();
-    }
-}
-
-fn quota_key(q: &ResourceQuota) -> (String, String) {
-    (
-        q.metadata.namespace.clone().unwrap_or_default(),
-        q.metadata.name.clone().unwrap_or_default(),
-    )
-}
-
-fn apply_quota(st: &mut SchedState, q: &ResourceQuota) {
-    for issue in st.apply_quota(q) {
-        tracing::warn!(error = %issue, "resourcequota limit not usable");
     }
 }
 

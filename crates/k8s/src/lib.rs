@@ -5,8 +5,10 @@
 //!   takeover of dangling locks, every write guarded by the node's resourceVersion.
 //! - [`patch`]: JSON merge patches of annotations, the only kind of write HAMi makes.
 //! - [`events`]: a non-blocking recorder of core/v1 Events.
+//! - [`quotas`]: the namespaces' ResourceQuota limits on device resources, watch-fed.
 
 pub mod client;
 pub mod events;
 pub mod lock;
 pub mod patch;
+pub mod quotas;

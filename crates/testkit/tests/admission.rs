@@ -78,6 +78,7 @@ async fn start_hami_webhook(t: &Tls) -> (SocketAddr, CancellationToken) {
             },
             rules: RuleConfig::default(),
             body_limit: 3 * 1024 * 1024,
+            quota_client: None,
         },
         shutdown.clone(),
     ));

@@ -116,6 +116,7 @@ async fn install_webhook(cluster: &Cluster) -> Webhook {
             },
             rules: RuleConfig::default(),
             body_limit: 1 << 20,
+            quota_client: None,
         },
         stop.clone(),
     ));

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use hami_core::config::DeviceConfig;
+use hami_k8s::quotas::QuotaCache;
 use hami_server::admin::{AdminState, Readiness, serve_admin};
 use hami_server::device_config::load_device_config;
 use hami_server::{CancellationToken, TlsConfig, serve};
@@ -28,6 +29,8 @@ pub enum RunError {
     Tls(#[from] hami_server::tls::TlsError),
     #[error(transparent)]
     Serve(#[from] hami_server::ServeError),
+    #[error(transparent)]
+    Client(#[from] hami_k8s::client::ClientError),
 }
 
 /// The rule configuration the flags describe.
@@ -42,13 +45,25 @@ pub fn rule_config(args: &ServeArgs, devices: DeviceConfig) -> RuleConfig {
 }
 
 /// Everything the service needs, already bound: tests pass 127.0.0.1:0 listeners.
-#[derive(Debug)]
 pub struct Service {
     pub listener: TcpListener,
     pub admin_listener: TcpListener,
     pub tls: TlsConfig,
     pub rules: RuleConfig,
     pub body_limit: usize,
+    /// Where to watch ResourceQuotas from, for the quota rule; `None`: no quota rule.
+    pub quota_client: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("listener", &self.listener)
+            .field("tls", &self.tls)
+            .field("rules", &self.rules)
+            .field("quota_check", &self.quota_client.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Serves until `shutdown` is cancelled.
@@ -64,7 +79,15 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
         // Refuse to start (and to report ready) with an unusable pair.
         hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
     }
-    let webhook = Webhook::new(Rules::new(svc.rules), metrics, svc.body_limit);
+    let mut rules = Rules::new(svc.rules);
+    if let Some(client) = svc.quota_client {
+        // Watched in the background; until listed, the scheduler alone enforces quotas
+        // (readiness does not wait: the webhook must keep admitting pods).
+        let quotas = QuotaCache::new(rules.registry());
+        tokio::spawn(quotas.clone().watch(client, || {}, shutdown.clone()));
+        rules = rules.with_quotas(quotas);
+    }
+    let webhook = Webhook::new(rules, metrics, svc.body_limit);
     let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
     readiness.set_ready();
     let served = serve(
@@ -106,6 +129,11 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
                 source,
             })
     };
+    let quota_client = if args.quota_check {
+        Some(hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?)
+    } else {
+        None
+    };
     let listener = bind(args.bind_address).await?;
     let admin_listener = bind(args.admin.address).await?;
     tracing::info!(
@@ -113,6 +141,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
         overwrite_default_scheduler = rules.overwrite_default_scheduler,
         owned_annotations = ?rules.owned_annotations,
         deny_privileged = rules.deny_privileged,
+        quota_check = args.quota_check,
         admin = %args.admin.address,
         "hami-webhook starting"
     );
@@ -123,6 +152,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
             tls,
             rules,
             body_limit: args.max_body_bytes,
+            quota_client,
         },
         shutdown,
     )

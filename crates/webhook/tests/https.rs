@@ -70,6 +70,7 @@ async fn start(body_limit: usize) -> Running {
             },
             rules: RuleConfig::default(),
             body_limit,
+            quota_client: None,
         },
         shutdown.clone(),
     ));
@@ -291,6 +292,7 @@ async fn unusable_certificate_stops_startup_with_a_clear_error() {
             },
             rules: RuleConfig::default(),
             body_limit: 1024,
+            quota_client: None,
         },
         CancellationToken::new(),
     )
