@@ -39,7 +39,7 @@ CONTRACT = {
     "hami-webhook": {
         "--bind-address", "--tls-cert-file", "--tls-key-file", "--admin-address",
         "--scheduler-name", "--device-config-file", "--force-overwrite-default-scheduler",
-        "--scheduler-owned-annotations", "--deny-privileged",
+        "--scheduler-owned-annotations", "--deny-privileged", "--quota-check",
     },
     "hami-vgpu-monitor": {
         "--metrics-bind-address", "--backend", "--fake-devices", "--legacy-metrics", "--feedback-interval",

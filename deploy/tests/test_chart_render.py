@@ -265,11 +265,25 @@ def test_device_plugin_rbac(default: Rendered) -> None:
     )
 
 
-def test_webhook_has_no_api_access(default: Rendered) -> None:
-    assert rules_of(default, name("webhook")) == {}
+def test_webhook_reads_only_resourcequotas(default: Rendered) -> None:
+    got = rules_of(default, name("webhook"))
+    assert set(got) == {"cluster"}
+    assert normalise(got["cluster"]) == grant([""], ["resourcequotas"], ["get", "list", "watch"])
     sa = default.get("ServiceAccount", name("webhook"))
+    assert sa["automountServiceAccountToken"] is True
+    deployment = default.get("Deployment", name("webhook"))
+    assert pod_spec(deployment)["automountServiceAccountToken"] is True
+    assert args_map(container(deployment, "webhook")["args"])["--quota-check"] == "true"
+
+
+def test_webhook_without_the_quota_rule_has_no_api_access() -> None:
+    out = chartlib.render({"scheduler": {"admissionWebhook": {"quotaCheck": "false"}}})
+    assert rules_of(out, name("webhook")) == {}
+    sa = out.get("ServiceAccount", name("webhook"))
     assert sa["automountServiceAccountToken"] is False
-    assert pod_spec(default.get("Deployment", name("webhook")))["automountServiceAccountToken"] is False
+    deployment = out.get("Deployment", name("webhook"))
+    assert pod_spec(deployment)["automountServiceAccountToken"] is False
+    assert args_map(container(deployment, "webhook")["args"])["--quota-check"] == "false"
 
 
 def test_certgen_rbac_is_limited_to_its_secret_and_webhook(default: Rendered) -> None:
@@ -452,6 +466,7 @@ def test_webhook_args(default: Rendered) -> None:
         "--force-overwrite-default-scheduler": "true",
         "--scheduler-owned-annotations": "deny",
         "--deny-privileged": "true",
+        "--quota-check": "true",
     }
     mounts = {m["mountPath"]: m["name"] for m in wh["volumeMounts"]}
     vols = {v["name"]: v for v in pod_spec(default.get("Deployment", name("webhook")))["volumes"]}

@@ -70,6 +70,15 @@ impl std::fmt::Debug for Service {
 pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let mut rules = Rules::new(svc.rules);
+    if let Some(client) = svc.quota_client {
+        // Watched in the background; until listed, the scheduler alone enforces quotas
+        // (readiness does not wait: the webhook must keep admitting pods).
+        let quotas = QuotaCache::new(rules.registry());
+        tokio::spawn(quotas.clone().watch(client, || {}, shutdown.clone()));
+        crate::metrics::register_quota_state(&mut registry, quotas.clone());
+        rules = rules.with_quotas(quotas);
+    }
     let readiness = Readiness::not_ready("loading TLS certificate");
     let admin = AdminState {
         readiness: readiness.clone(),
@@ -78,14 +87,6 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
     if let TlsConfig::Files { cert, key } = &svc.tls {
         // Refuse to start (and to report ready) with an unusable pair.
         hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
-    }
-    let mut rules = Rules::new(svc.rules);
-    if let Some(client) = svc.quota_client {
-        // Watched in the background; until listed, the scheduler alone enforces quotas
-        // (readiness does not wait: the webhook must keep admitting pods).
-        let quotas = QuotaCache::new(rules.registry());
-        tokio::spawn(quotas.clone().watch(client, || {}, shutdown.clone()));
-        rules = rules.with_quotas(quotas);
     }
     let webhook = Webhook::new(rules, metrics, svc.body_limit);
     let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
