@@ -30,7 +30,7 @@ CONTRACT = {
         "--http_bind", "--cert_file", "--key_file", "--scheduler-name", "--node-scheduler-policy",
         "--gpu-scheduler-policy", "--device-config-file", "--node-lock-timeout",
         "--metrics-bind-address", "--node-label-selector", "--leader-elect",
-        "--leader-elect-resource-name", "--leader-elect-resource-namespace",
+        "--leader-elect-resource-name", "--leader-elect-resource-namespace", "--legacy-metrics",
     },
     "hami-device-plugin-nvidia": {
         "--node-name", "--device-plugin-path", "--config-file", "--node-config-file",

@@ -688,6 +688,9 @@ def test_monitor_from_hami_style_values(rendered: dict[str, Rendered]) -> None:
     out = rendered["hami-style-values"]
     mon = container(out.get("DaemonSet", name("device-plugin")), "vgpu-monitor")
     assert "--legacy-metrics" in args_map(mon["args"])
+    # HAMi's legacyMetrics covers the scheduler's series too.
+    ext = container(out.get("Deployment", name("scheduler")), "extender")
+    assert "--legacy-metrics" in args_map(ext["args"])
     assert {e["name"]: e.get("value") for e in mon["env"]}["HAMI_RESYNC_INTERVAL"] == "10m"
     assert out.get("Service", name("device-plugin-monitor"))["spec"]["ports"][0]["nodePort"] == 31992
 
