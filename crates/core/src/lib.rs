@@ -4,11 +4,10 @@
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
-//! [`holding`] and [`ledger`] (usage), [`quota`] (namespace limits), [`engine`] (one pod over
-//! many nodes). [`pod`] holds
-//! the rules about pods every component shares, [`sync`] the one poison-tolerant locking
-//! rule every crate uses. Beside them, [`shared_region`]: HAMi-core's per-container cache
-//! file, as the node monitor reads it.
+//! [`holding`] and [`ledger`] (usage), [`quota`] (namespace limits), [`engine`] (one pod
+//! over many nodes). [`pod`] holds the rules about pods every component shares, [`sync`]
+//! the one poison-tolerant locking rule every crate uses. Beside them, [`shared_region`]:
+//! HAMi-core's per-container cache file, as the node monitor reads it.
 
 pub mod accounting;
 pub mod annotations;

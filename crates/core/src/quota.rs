@@ -63,6 +63,9 @@ pub struct QuotaBook {
     objects: BTreeMap<(String, String), BTreeMap<String, u64>>,
     /// (namespace, resource) → the smallest limit of the namespace's objects.
     effective: BTreeMap<(String, String), u64>,
+    /// The unusable values last reported per object: the quota controller rewrites an
+    /// object's status on every pod change, and the same issue is worth one report.
+    reported: BTreeMap<(String, String), Vec<QuotaIssue>>,
 }
 
 impl QuotaBook {
@@ -84,7 +87,7 @@ impl QuotaBook {
     }
 
     /// Records (or replaces) a ResourceQuota object's limits; returns the values it had to
-    /// leave out.
+    /// leave out, unless the last apply of the object reported the same.
     pub fn apply(&mut self, quota: &ResourceQuota) -> Vec<QuotaIssue> {
         let namespace = quota.metadata.namespace.clone().unwrap_or_default();
         let name = quota.metadata.name.clone().unwrap_or_default();
@@ -111,6 +114,15 @@ impl QuotaBook {
             }
         }
         let key = (namespace.clone(), name);
+        let new_issues = if issues.is_empty() {
+            self.reported.remove(&key);
+            false
+        } else if self.reported.get(&key) == Some(&issues) {
+            false
+        } else {
+            self.reported.insert(key.clone(), issues.clone());
+            true
+        };
         let before = if limits.is_empty() {
             self.objects.remove(&key)
         } else {
@@ -124,12 +136,13 @@ impl QuotaBook {
         for resource in touched {
             self.recompute(&namespace, &resource);
         }
-        issues
+        if new_issues { issues } else { Vec::new() }
     }
 
     /// Forgets a ResourceQuota object.
     pub fn remove(&mut self, namespace: &str, name: &str) {
         let key = (namespace.to_string(), name.to_string());
+        self.reported.remove(&key);
         if let Some(limits) = self.objects.remove(&key) {
             for resource in limits.keys() {
                 self.recompute(namespace, resource);
@@ -392,6 +405,17 @@ mod tests {
             "ResourceQuota a/q: spec.hard[limits.nvidia.com/gpumem]=\"8Gi\" is not a plain non-negative integer; this limit is ignored"
         );
         assert_eq!(book.limit("a", "nvidia.com/gpumem"), None);
+        assert_eq!(book.limit("a", "nvidia.com/gpucores"), Some(50));
+        // The same object again (a status update): reported once.
+        let again = quota(
+            "a",
+            "q",
+            &[
+                ("limits.nvidia.com/gpumem", "8Gi"),
+                ("limits.nvidia.com/gpucores", "50"),
+            ],
+        );
+        assert!(book.apply(&again).is_empty());
         assert_eq!(book.limit("a", "nvidia.com/gpucores"), Some(50));
     }
 

@@ -114,13 +114,9 @@ async fn bind_waits_for_a_locked_node_then_proceeds() {
     );
 }
 
-#[tokio::test]
-async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() {
+/// One node locked by a live pod `holder`, and pod `p` filtered onto it.
+async fn locked_by_holder(knobs: Knobs) -> Cluster {
     install_crypto();
-    let knobs = Knobs {
-        node_lock_wait: Duration::from_millis(300),
-        ..Knobs::default()
-    };
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
     c.create(&gpu_pod("holder", &[json!({"cpu": "1"})], json!({})))
         .await;
@@ -137,6 +133,16 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
     .unwrap();
     c.create(&gpu_pod("p", &[limits(9000)], json!({}))).await;
     assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+    c
+}
+
+#[tokio::test]
+async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() {
+    let c = locked_by_holder(Knobs {
+        node_lock_wait: Duration::from_millis(300),
+        ..Knobs::default()
+    })
+    .await;
     let b = c.bind("p", "n1").await;
     assert!(
         b.error.contains("locked by pod default/holder"),
@@ -161,28 +167,12 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
 /// a 2-minute lock timeout, `has been locked within 2m0s`.
 #[tokio::test]
 async fn bind_without_waiting_fails_at_once_in_hamis_words() {
-    install_crypto();
-    let knobs = Knobs {
+    let c = locked_by_holder(Knobs {
         node_lock_wait: Duration::ZERO,
         node_lock_timeout: Duration::from_secs(120),
         ..Knobs::default()
-    };
-    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
-    c.create(&gpu_pod("holder", &[json!({"cpu": "1"})], json!({})))
-        .await;
-    let now = chrono::Utc::now().fixed_offset();
-    patch_node(
-        &c.client,
-        "n1",
-        &MetadataPatch::new().annotate(
-            "hami.io/mutex.lock",
-            encode_node_lock(&NodeLock::owned(now, "default", "holder")),
-        ),
-    )
-    .await
-    .unwrap();
-    c.create(&gpu_pod("p", &[limits(9000)], json!({}))).await;
-    assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+    })
+    .await;
     let started = Instant::now();
     let b = c.bind("p", "n1").await;
     assert!(
