@@ -169,6 +169,10 @@ impl Agent {
                 return;
             }
         };
+        // As kubelet does: the UID makes the patch a precondition, so a pod re-created
+        // under the same name meanwhile never gets this pod's status.
+        let mut status = status;
+        status["metadata"] = json!({"uid": uid});
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         if let Err(e) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))

@@ -152,14 +152,13 @@ impl DemoCluster {
         let webhook_dir = dir.path().join("webhook");
         std::fs::create_dir_all(&webhook_dir)
             .map_err(HarnessError::io("creating the webhook directory"))?;
-        let (webhook_setup, listener) =
-            WebhookSetup::prepare(
-                &webhook_dir,
-                &spec.scheduler_name,
-                spec.devices.clone(),
-                client.clone(),
-            )
-            .await?;
+        let (webhook_setup, listener) = WebhookSetup::prepare(
+            &webhook_dir,
+            &spec.scheduler_name,
+            spec.devices.clone(),
+            client.clone(),
+        )
+        .await?;
         api.register_service(
             webhook::NAMESPACE,
             webhook::SERVICE,

@@ -10,6 +10,7 @@ use hami_scheduler::cli::DEFAULT_BODY_LIMIT;
 use hami_scheduler::run::{Service, serve_service};
 use hami_scheduler::service::Settings;
 use hami_server::TlsConfig;
+use hami_server::supervise::RestartPolicy;
 use hami_testkit::scheduler::{ExtenderConfig, ManagedResource, SchedulerConfig};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -92,6 +93,7 @@ impl ExtenderSetup {
             leader_lease: None,
             legacy_metrics: false,
             dedicated_http_thread: true,
+            restart: RestartPolicy::default(),
         };
         let stop = CancellationToken::new();
         let running = Running::spawn(

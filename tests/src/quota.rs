@@ -135,22 +135,30 @@ async fn create_quota(cluster: &DemoCluster) -> Result<(), String> {
     let limit_line = format!(
         "hami_resource_quota_limit{{zone=\"vGPU\",namespace=\"{NAMESPACE}\",quota_name=\"nvidia.com/gpumem\"}} {LIMIT_MIB}"
     );
-    poll_until("the extender to know the quota", Duration::from_secs(10), || async {
-        let m = cluster.extender_metrics().await.ok()?;
-        m.contains(&limit_line).then_some(())
-    })
+    poll_until(
+        "the extender to know the quota",
+        Duration::from_secs(10),
+        || async {
+            let m = cluster.extender_metrics().await.ok()?;
+            m.contains(&limit_line).then_some(())
+        },
+    )
     .await
     .map_err(|e| e.to_string())?;
-    poll_until("the webhook to know the quota", Duration::from_secs(10), || async {
-        let m = cluster.webhook_metrics().await.ok()?;
-        let known = m
-            .lines()
-            .find_map(|l| l.strip_prefix("hami_webhook_resource_quota_limits "))?
-            .trim()
-            .parse::<u64>()
-            .ok()?;
-        (m.contains("hami_webhook_resource_quotas_synced 1") && known >= 1).then_some(())
-    })
+    poll_until(
+        "the webhook to know the quota",
+        Duration::from_secs(10),
+        || async {
+            let m = cluster.webhook_metrics().await.ok()?;
+            let known = m
+                .lines()
+                .find_map(|l| l.strip_prefix("hami_webhook_resource_quota_limits "))?
+                .trim()
+                .parse::<u64>()
+                .ok()?;
+            (m.contains("hami_webhook_resource_quotas_synced 1") && known >= 1).then_some(())
+        },
+    )
     .await
     .map_err(|e| e.to_string())
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use base64::Engine;
 use hami_core::config::DeviceConfig;
 use hami_server::TlsConfig;
+use hami_server::supervise::RestartPolicy;
 use hami_webhook::certgen;
 use hami_webhook::rules::RuleConfig;
 use hami_webhook::run::{Service, serve_service};
@@ -114,6 +115,8 @@ impl WebhookSetup {
             },
             rules: self.rules.clone(),
             body_limit: hami_webhook::handler::DEFAULT_BODY_LIMIT,
+            certificate_check: hami_webhook::run::CERTIFICATE_CHECK,
+            restart: RestartPolicy::default(),
             quota_client: Some(self.client.clone()),
         };
         let admin = svc

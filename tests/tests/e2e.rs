@@ -756,6 +756,9 @@ async fn resource_quota_refuses_at_admission_and_at_filter() {
     let warning = scenario::wait_warning(&cluster, quota::NAMESPACE, "quota-c", "FailedScheduling")
         .await
         .unwrap();
-    assert!(warning.contains("ResourceQuotaNotFit (namespace quota-demo"), "{warning}");
+    assert!(
+        warning.contains("ResourceQuotaNotFit (namespace quota-demo"),
+        "{warning}"
+    );
     cluster.shutdown().await.unwrap();
 }

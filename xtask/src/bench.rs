@@ -291,7 +291,9 @@ async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Du
 
 /// Runs `f` on a thread and runtime of its own, so its timing does not share a runtime
 /// with the emulator (the extender's writes and watches land in this process).
-async fn on_own_thread<T: Send + 'static, F>(f: impl FnOnce() -> F + Send + 'static) -> anyhow::Result<T>
+async fn on_own_thread<T: Send + 'static, F>(
+    f: impl FnOnce() -> F + Send + 'static,
+) -> anyhow::Result<T>
 where
     F: std::future::Future<Output = anyhow::Result<T>>,
 {

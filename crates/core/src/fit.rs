@@ -3,10 +3,10 @@
 
 use std::collections::BTreeSet;
 
+use crate::accounting::collapsed_totals;
 use crate::codec::scoring_weights::ScoringWeights;
 use crate::codec::topology::PairScores;
 use crate::frag::live::FragModel;
-use crate::accounting::collapsed_totals;
 use crate::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use crate::policy::{DeviceKeys, GpuPolicy};
 use crate::quota::{QuotaBudget, QuotaRefusal};

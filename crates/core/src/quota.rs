@@ -366,7 +366,10 @@ mod tests {
         assert!(issues.is_empty());
         assert_eq!(
             book.limits().collect::<Vec<_>>(),
-            vec![("a", "nvidia.com/gpucores", 200), ("a", "nvidia.com/gpumem", 8192)]
+            vec![
+                ("a", "nvidia.com/gpucores", 200),
+                ("a", "nvidia.com/gpumem", 8192)
+            ]
         );
         assert_eq!(book.limit("a", "nvidia.com/gpumem"), Some(8192));
         assert_eq!(book.limit("b", "nvidia.com/gpumem"), None);
@@ -378,7 +381,11 @@ mod tests {
     fn the_smallest_limit_of_several_objects_applies() {
         let mut book = QuotaBook::new(&registry());
         book.apply(&quota("a", "big", &[("limits.nvidia.com/gpumem", "8000")]));
-        book.apply(&quota("a", "small", &[("limits.nvidia.com/gpumem", "3000")]));
+        book.apply(&quota(
+            "a",
+            "small",
+            &[("limits.nvidia.com/gpumem", "3000")],
+        ));
         assert_eq!(book.limit("a", "nvidia.com/gpumem"), Some(3000));
         book.remove("a", "small");
         assert_eq!(book.limit("a", "nvidia.com/gpumem"), Some(8000));
@@ -462,8 +469,17 @@ mod tests {
                             ("nvidia.com/gpucores", "10"),
                         ],
                     ),
-                    c("b", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1000")]),
-                    c("pct", &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem-percentage", "50")]),
+                    c(
+                        "b",
+                        &[("nvidia.com/gpu", "1"), ("nvidia.com/gpumem", "1000")],
+                    ),
+                    c(
+                        "pct",
+                        &[
+                            ("nvidia.com/gpu", "1"),
+                            ("nvidia.com/gpumem-percentage", "50"),
+                        ],
+                    ),
                 ],
                 ..Default::default()
             }),

@@ -230,16 +230,25 @@ fn devices_fit_more_gpus_than_the_node_has() {
     // partial allocation AllocatedCardsInsufficientRequest for multiple cards" (3 on 2):
     // HAMi's fitInDevices refuses these before Fit runs.
     let one = node(&[Dev::new("dev-0", 0, 100, 1280)], |_| {});
-    let use_uuid = with_annotations(request(2, 512, 0, 50), &[("nvidia.com/use-gpuuuid", "dev-0")]);
+    let use_uuid = with_annotations(
+        request(2, 512, 0, 50),
+        &[("nvidia.com/use-gpuuuid", "dev-0")],
+    );
     assert_eq!(reason(fit(&one, &use_uuid)), "NodeInsufficientDevice");
-    let nouse = with_annotations(request(2, 512, 0, 50), &[("nvidia.com/nouse-gpuuuid", "dev-0")]);
+    let nouse = with_annotations(
+        request(2, 512, 0, 50),
+        &[("nvidia.com/nouse-gpuuuid", "dev-0")],
+    );
     assert_eq!(reason(fit(&one, &nouse)), "NodeInsufficientDevice");
     assert_eq!(
         reason(fit(&one, &request(2, 512, 0, 20))),
         "NodeInsufficientDevice"
     );
     let two = node(
-        &[Dev::new("dev-0", 0, 100, 1280), Dev::new("dev-1", 1, 100, 1280)],
+        &[
+            Dev::new("dev-0", 0, 100, 1280),
+            Dev::new("dev-1", 1, 100, 1280),
+        ],
         |_| {},
     );
     assert_eq!(
@@ -260,7 +269,10 @@ fn devices_fit_more_gpus_than_the_node_has() {
 
 #[test]
 fn fit_device_cordon() {
-    let devs = [Dev::new("dev-0", 0, 100, 128), Dev::new("dev-1", 0, 100, 128)];
+    let devs = [
+        Dev::new("dev-0", 0, 100, 128),
+        Dev::new("dev-1", 0, 100, 128),
+    ];
     let req = request(1, 64, 0, 50);
     // "cordoned device is skipped, healthy sibling still fits" (cordon "dev-1, ")
     let ledger = node(&devs, |inv| inv.cordon = parse_device_cordon("dev-1, "));
@@ -347,7 +359,10 @@ fn fit_topology_worst_single_card_and_best_combination() {
     );
     // TestFit_TopologyExactMatch: as many fitting devices as asked for.
     let two = node(
-        &[Dev::new("dev-0", 0, 10, 8192), Dev::new("dev-1", 1, 10, 8192)],
+        &[
+            Dev::new("dev-0", 0, 10, 8192),
+            Dev::new("dev-1", 1, 10, 8192),
+        ],
         |_| {},
     );
     assert_eq!(uuids(&fit(&two, &topology(2)).unwrap()).len(), 2);

@@ -229,6 +229,12 @@ impl DeviceBackend for NvmlBackend {
                 "NVML health checks disabled ({})",
                 crate::health::ENV_DISABLE
             );
+            // Nothing to report, but the channel stays open until shutdown: closed, it
+            // would read as a dead watch.
+            tokio::spawn(async move {
+                shutdown.cancelled().await;
+                drop(events);
+            });
             return Ok(());
         }
         let nvml = self.nvml.clone();

@@ -1,11 +1,15 @@
-//! The serving mode: plugin, inventory publisher and admin port until shutdown.
+//! The serving mode: plugin, inventory publisher and admin port until shutdown, each a
+//! supervised task: one that stops unexpectedly turns `/readyz` not ready with the
+//! reason and is started again with backoff; one that keeps failing stops the process
+//! with an error.
 
 use std::sync::Arc;
 
 use hami_device_plugin::{DeviceBackend, Metrics, Plugin, PluginConfig, PluginError, PluginStatus};
 use hami_server::CancellationToken;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
-use hami_server::supervise::{RestartPolicy, Supervisor};
+use hami_server::admin::{AdminState, Readiness};
+use hami_server::listener::Relistener;
+use hami_server::supervise::{RestartPolicy, Supervisor, supervise_admin};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
@@ -31,10 +35,10 @@ pub enum RunError {
         address: String,
         source: std::io::Error,
     },
-    #[error(transparent)]
-    Serve(#[from] hami_server::ServeError),
     #[error("--fake-workload needs --backend fake: real GPUs have HAMi-core write their regions")]
     FakeWorkloadNeedsFake,
+    #[error(transparent)]
+    Listener(#[from] hami_server::listener::TakeOverError),
     #[error(transparent)]
     GaveUp(#[from] hami_server::supervise::GaveUp),
 }
@@ -56,7 +60,8 @@ pub fn plugin_config(args: &ServeArgs) -> Result<PluginConfig, RunError> {
     )?)
 }
 
-/// Runs with everything already built (tests pass emulators and a 127.0.0.1:0 listener).
+/// Runs with everything already built (tests pass emulators and a 127.0.0.1:0 listener),
+/// until `shutdown` or until a task keeps failing.
 pub async fn serve(
     cfg: PluginConfig,
     backend: Arc<dyn DeviceBackend>,
@@ -64,32 +69,55 @@ pub async fn serve(
     admin_listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
+    let (_, sup) = start(
+        cfg,
+        backend,
+        client,
+        admin_listener,
+        shutdown,
+        RestartPolicy::default(),
+    )?;
+    sup.run().await?;
+    Ok(())
+}
+
+/// Starts every task of the serving mode — the plugin's (see
+/// [`hami_device_plugin::tasks`]), the readiness follower and the admin server — under
+/// one supervisor, which the caller runs; with the readiness `/readyz` reports.
+pub fn start(
+    cfg: PluginConfig,
+    backend: Arc<dyn DeviceBackend>,
+    client: kube::Client,
+    admin_listener: TcpListener,
+    shutdown: CancellationToken,
+    policy: RestartPolicy,
+) -> Result<(Readiness, Supervisor), RunError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let events =
         hami_k8s::events::Recorder::start(client.clone(), "hami-device-plugin", &cfg.node_name);
     let plugin = Plugin::new(cfg, backend, client, metrics)?.with_events(events);
     let readiness = Readiness::not_ready("not registered with kubelet yet");
-    tokio::spawn(follow_status(plugin.status(), readiness.clone()));
+    let mut sup = Supervisor::new(readiness.clone(), shutdown, policy);
+    let (status, r) = (plugin.status(), readiness.clone());
+    sup.spawn("plugin status", move |stop| {
+        follow_status(status.clone(), r.clone(), stop)
+    });
     let admin = AdminState {
-        readiness,
+        readiness: readiness.clone(),
         registry: Arc::new(registry),
     };
-    let admin_task = tokio::spawn(serve_admin(admin_listener, admin, shutdown.clone()));
-    let ran = plugin.run(shutdown.clone()).await;
-    shutdown.cancel();
-    match admin_task.await {
-        Ok(r) => r?,
-        Err(e) => tracing::error!(error = %e, "admin server task failed"),
-    }
-    ran.map_err(RunError::from)
+    supervise_admin(&mut sup, Relistener::new(admin_listener)?, admin);
+    plugin.supervise(&mut sup);
+    Ok((readiness, sup))
 }
 
 /// Ready once registered with kubelet and the node annotation is published.
 async fn follow_status(
     mut status: tokio::sync::watch::Receiver<PluginStatus>,
     readiness: Readiness,
-) {
+    stop: CancellationToken,
+) -> Result<(), String> {
     loop {
         let s = status.borrow_and_update().clone();
         match (s.registered, s.published) {
@@ -100,8 +128,11 @@ async fn follow_status(
                 s.publish_error.as_deref().unwrap_or("pending")
             )),
         }
-        if status.changed().await.is_err() {
-            return;
+        tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            changed = status.changed() => if changed.is_err() {
+                return Err("the plugin's status feed closed".into());
+            },
         }
     }
 }
@@ -126,30 +157,30 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
         admin = %args.admin.address,
         "hami-device-plugin-nvidia starting"
     );
-    if !args.fake_workload {
-        return serve(cfg, selected.backend(), client, admin_listener, shutdown).await;
-    }
-    if !matches!(selected, Selected::Fake(_)) {
+    if args.fake_workload && !matches!(selected, Selected::Fake(_)) {
         return Err(RunError::FakeWorkloadNeedsFake);
     }
-    let settings = crate::workload::WorkloadSettings {
-        node: cfg.node_name.clone(),
-        hook_path: args.config.hook_path.clone(),
-        interval: args.fake_workload_interval,
-    };
-    let mut workload = Supervisor::new(
-        Readiness::ready(),
-        shutdown.clone(),
-        RestartPolicy::default(),
-    );
+    let workload = args
+        .fake_workload
+        .then(|| crate::workload::WorkloadSettings {
+            node: cfg.node_name.clone(),
+            hook_path: args.config.hook_path.clone(),
+            interval: args.fake_workload_interval,
+        });
     let c = client.clone();
-    workload.spawn("fake workload", move |stop| {
-        crate::workload::run(c.clone(), settings.clone(), stop)
-    });
-    let (served, supervised) = tokio::join!(
-        serve(cfg, selected.backend(), client, admin_listener, shutdown),
-        workload.run()
-    );
-    supervised?;
-    served
+    let (_, mut sup) = start(
+        cfg,
+        selected.backend(),
+        client,
+        admin_listener,
+        shutdown,
+        RestartPolicy::default(),
+    )?;
+    if let Some(settings) = workload {
+        sup.spawn("fake workload", move |stop| {
+            crate::workload::run(c.clone(), settings.clone(), stop)
+        });
+    }
+    sup.run().await?;
+    Ok(())
 }

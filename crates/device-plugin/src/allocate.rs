@@ -5,7 +5,7 @@
 use hami_core::annotations::BIND_PHASE;
 use hami_core::codec::{decode_pod_single_device, encode_pod_single_device};
 use hami_core::model::{ContainerDevices, PodSingleDevice};
-use hami_k8s::patch::{MetadataPatch, patch_pod};
+use hami_k8s::patch::{MetadataPatch, PodRef, is_replaced, patch_pod};
 use hami_kubelet_api::v1beta1::{AllocateRequest, AllocateResponse};
 use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Duration;
@@ -297,13 +297,13 @@ fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
         .map(String::as_str)
 }
 
-/// Retries transient API errors a few times: failing here fails the pod.
+/// Retries transient API errors a few times: failing here fails the pod. Guarded by the
+/// pod's UID: a pod deleted and re-created under the same name since it was read is
+/// another pod, and is left alone.
 async fn write(shared: &Shared, pod: &Pod, patch: &MetadataPatch) -> Result<(), AllocateError> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let name = pod.metadata.name.as_deref().unwrap_or_default();
     let backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
     retry(4, backoff, is_transient, || {
-        patch_pod(&shared.kube, ns, name, patch)
+        patch_pod(&shared.kube, PodRef::of(pod), patch)
     })
     .await
     .map(|_| ())
@@ -332,12 +332,25 @@ async fn release_lock(shared: &Shared, pod: &Pod) {
 }
 
 /// The failure path: `bind-phase=failed`, lock released, a Warning event for the user.
+/// A pod re-created under the same name meanwhile is another pod: it is not marked, and
+/// the lock (which names pods by name only) may be its own, so it is left to the
+/// scheduler's takeover rules.
 async fn give_up(shared: &Shared, pod: &Pod, error: &AllocateError) {
     let patch = MetadataPatch::new().annotate(BIND_PHASE, PHASE_FAILED);
-    if let Err(e) = write(shared, pod, &patch).await {
-        tracing::warn!(pod = %pod_name(pod), error = %e, "cannot mark the pod failed");
+    let replaced = match write(shared, pod, &patch).await {
+        Ok(()) => false,
+        Err(AllocateError::Record { source, .. }) if is_replaced(&source) => {
+            tracing::info!(pod = %pod_name(pod), error = %source, "the pod was re-created under its name; the new one and the node lock are left alone");
+            true
+        }
+        Err(e) => {
+            tracing::warn!(pod = %pod_name(pod), error = %e, "cannot mark the pod failed");
+            false
+        }
+    };
+    if !replaced {
+        release_lock(shared, pod).await;
     }
-    release_lock(shared, pod).await;
     if let Some(events) = &shared.events {
         let subject = hami_k8s::events::Subject::pod(
             pod.metadata.namespace.as_deref().unwrap_or_default(),

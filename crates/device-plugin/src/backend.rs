@@ -53,7 +53,9 @@ pub trait DeviceBackend: Send + Sync + 'static {
     fn discover(&self) -> Result<Vec<PhysicalDevice>, BackendError>;
 
     /// Starts watching `devices` (what `discover` returned) in the background, sending
-    /// events until `shutdown` is cancelled. Must not block.
+    /// events until `shutdown` is cancelled. Must not block. `events` stays open until
+    /// then, even when there is nothing to watch: the framework reads it closing early as
+    /// the watch having died, and calls `watch` again.
     fn watch(
         &self,
         devices: &[PhysicalDevice],

@@ -24,6 +24,10 @@
 //!   `bind-phase=failed`, releases the lock and returns an error that tells the user what
 //!   went wrong.
 //! - **GetPreferredAllocation**: replicas of the GPUs annotated for the pending pod.
+//! - **Supervision** ([`Plugin::supervise`]): the server with its registration loop, the
+//!   publisher and the backend's health watch each run as a supervised task
+//!   ([`tasks`]); one that stops unexpectedly turns readiness not ready with the reason
+//!   and is started again with backoff, and one that keeps failing stops the plugin.
 //!
 //! Deliberate differences from HAMi v2.10 (wire formats unchanged): the GPUs handed to a
 //! container are always the ones the scheduler annotated (HAMi swaps in kubelet's choice
@@ -50,6 +54,8 @@ mod shared;
 
 use std::sync::Arc;
 
+use hami_server::admin::Readiness;
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -74,6 +80,19 @@ pub enum PluginError {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Lifecycle(#[from] LifecycleError),
+    #[error(transparent)]
+    GaveUp(#[from] GaveUp),
+}
+
+/// Names of the plugin's supervised tasks, as `/readyz` shows them.
+pub mod tasks {
+    /// Serving the device plugin API and registering with kubelet, again whenever
+    /// kubelet restarts or the socket disappears.
+    pub const SERVER: &str = "device plugin server";
+    /// Keeping the node's register annotation equal to the inventory.
+    pub const PUBLISHER: &str = "inventory publisher";
+    /// The backend's watch of device health and of the device list.
+    pub const HEALTH: &str = "device health watch";
 }
 
 /// A device plugin ready to run.
@@ -151,31 +170,63 @@ impl Plugin {
         &self.shared.cfg
     }
 
-    /// Runs until `shutdown` is cancelled, then withdraws the devices and stops serving.
+    /// Runs until `shutdown` is cancelled, then withdraws the devices and stops serving;
+    /// each task supervised with the default policy (a task that keeps failing ends
+    /// the run with [`PluginError::GaveUp`]).
     pub async fn run(self, shutdown: CancellationToken) -> Result<(), PluginError> {
-        let (tx, rx) = mpsc::channel(64);
-        let devices = self.shared.inventory().devices().to_vec();
-        self.backend.watch(&devices, tx, shutdown.child_token())?;
-        let events = tokio::spawn(apply_backend_events(self.shared.clone(), rx));
-        let publisher = tokio::spawn(publisher::run(
-            self.shared.clone(),
-            self.status.clone(),
-            shutdown.clone(),
-        ));
-        let served =
-            lifecycle::run(self.shared.clone(), self.status.clone(), shutdown.clone()).await;
-        // Whatever ended serving ends the rest.
-        shutdown.cancel();
-        if let Err(e) = publisher.await {
-            tracing::warn!(error = %e, "inventory publisher task failed");
-        }
-        events.abort();
-        served.map_err(PluginError::from)
+        let mut sup = Supervisor::new(Readiness::ready(), shutdown, RestartPolicy::default());
+        self.supervise(&mut sup);
+        sup.run().await.map_err(PluginError::from)
+    }
+
+    /// Starts the plugin's long-running tasks under `sup` (see [`tasks`]): each one that
+    /// stops while the process is not shutting down is reported on the supervisor's
+    /// readiness and started again. On shutdown the devices are withdrawn and the
+    /// socket removed.
+    pub fn supervise(self, sup: &mut Supervisor) {
+        let (shared, status) = (self.shared.clone(), self.status.clone());
+        sup.spawn(tasks::SERVER, move |stop| {
+            lifecycle::run(shared.clone(), status.clone(), stop)
+        });
+        let (shared, status) = (self.shared.clone(), self.status.clone());
+        sup.spawn(tasks::PUBLISHER, move |stop| {
+            let (shared, status) = (shared.clone(), status.clone());
+            async move {
+                publisher::run(shared, status, stop).await;
+                Ok::<(), std::convert::Infallible>(())
+            }
+        });
+        let (shared, backend) = (self.shared, self.backend);
+        sup.spawn(tasks::HEALTH, move |stop| {
+            watch_devices(shared.clone(), backend.clone(), stop)
+        });
     }
 }
 
-async fn apply_backend_events(shared: Arc<Shared>, mut rx: mpsc::Receiver<BackendEvent>) {
-    while let Some(event) = rx.recv().await {
+/// Starts the backend's watch and applies what it reports until `stop`. The backend
+/// closing its side before then means its watch died (a panicked thread): an error, so
+/// the supervisor starts the watch again.
+async fn watch_devices(
+    shared: Arc<Shared>,
+    backend: Arc<dyn DeviceBackend>,
+    stop: CancellationToken,
+) -> Result<(), String> {
+    let (tx, mut rx) = mpsc::channel(64);
+    let devices = shared.inventory().devices().to_vec();
+    backend
+        .watch(&devices, tx, stop.clone())
+        .map_err(|e| e.to_string())?;
+    loop {
+        let event = tokio::select! {
+            () = stop.cancelled() => return Ok(()),
+            e = rx.recv() => e,
+        };
+        let Some(event) = event else {
+            return Err(format!(
+                "the {} backend stopped reporting device health",
+                backend.name()
+            ));
+        };
         match event {
             BackendEvent::Health {
                 uuid,

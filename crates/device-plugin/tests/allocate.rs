@@ -508,3 +508,49 @@ async fn the_lock_owner_goes_first_then_the_oldest_pending_pod() {
     );
     assert_eq!(c.pod_annotations("old").await[PHASE], "success");
 }
+
+/// kubelet admits a pod that is deleted and re-created under its name while Allocate
+/// runs: the write meant for it is refused (it names the old UID), the successor keeps
+/// its annotations, and the lock, which names pods by name only, is left to the
+/// scheduler.
+#[tokio::test]
+async fn a_pod_recreated_during_allocate_is_not_written_and_its_successor_untouched() {
+    let mut c = Cluster::start().await;
+    c.ready(8).await;
+    let pod = c
+        .scheduled_pod(
+            "web-0",
+            json!([gpu_container("main", 1)]),
+            json!([]),
+            "GPU-b,NVIDIA,3000,30:;",
+            true,
+        )
+        .await;
+    let store = c.api.store().clone();
+    c.api.faults().before_next("patch", "/pods/web-0", move || {
+        let pods = &hami_testkit::resources::PODS;
+        let now = hami_testkit::store::DeleteOptions {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        };
+        store.delete_with(pods, Some(NS), "web-0", &now).unwrap();
+        let successor = json!({"metadata": {"name": "web-0", "annotations": {"owner": "successor"}},
+                               "spec": {"containers": [plain_container("c")]}});
+        store.create(pods, Some(NS), successor).unwrap();
+    });
+    let message = rejected(c.kubelet.admit(&pod).await.unwrap_err());
+    assert!(
+        message.contains("cannot record the allocation") && message.contains("metadata.uid"),
+        "{message}"
+    );
+    let successor = c.pod("web-0").await;
+    assert_ne!(successor.metadata.uid, pod.metadata.uid);
+    assert_eq!(
+        successor.metadata.annotations.unwrap_or_default(),
+        BTreeMap::from([("owner".to_string(), "successor".to_string())])
+    );
+    assert!(
+        c.lock_value().await.unwrap().ends_with(",default,web-0"),
+        "the lock is the scheduler's to judge"
+    );
+}

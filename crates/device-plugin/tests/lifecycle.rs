@@ -308,3 +308,64 @@ async fn graceful_shutdown_ends_streams_removes_the_socket_and_withdraws_devices
             .any(|call| matches!(call, PluginCall::Allocate { .. })),
     );
 }
+
+/// The registration loop ends when it cannot serve (the plugin directory is gone):
+/// readiness names it and why, and it is started again until it serves and registers.
+#[tokio::test]
+async fn a_registration_loop_that_cannot_serve_is_reported_and_restarted() {
+    let mut c = Cluster::start_patient().await;
+    c.ready(8).await;
+    assert_eq!(c.readiness.check(), Ok(()));
+    let dir = c.kubelet.dir().to_path_buf();
+    c.kubelet.stop().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+    let why = c
+        .wait_readiness(|r| {
+            r.as_ref()
+                .is_err_and(|e| e.contains("device plugin server: failed: cannot serve on"))
+        })
+        .await
+        .unwrap_err();
+    assert!(why.contains("nvidia-gpu.sock"), "{why}");
+    assert!(why.contains("restarting in"), "{why}");
+    std::fs::create_dir_all(&dir).unwrap();
+    c.kubelet.restart().await.unwrap();
+    c.wait_registered(2).await;
+    assert!(c.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    c.wait_readiness(|r| r.is_ok()).await.unwrap();
+    c.stop().await;
+}
+
+/// A backend whose health watch dies (its channel closes): reported, and watched again.
+#[tokio::test]
+async fn a_health_watch_that_dies_is_reported_and_started_again() {
+    let mut c = Cluster::start_patient().await;
+    c.ready(8).await;
+    assert_eq!(
+        c.backend.watches.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    c.backend.die();
+    let why = c.wait_readiness(|r| r.is_err()).await.unwrap_err();
+    assert!(
+        why.contains(
+            "device health watch: failed: the scripted backend stopped reporting device health"
+        ),
+        "{why}"
+    );
+    c.wait_readiness(|r| r.is_ok()).await.unwrap();
+    assert_eq!(
+        c.backend.watches.load(std::sync::atomic::Ordering::SeqCst),
+        2
+    );
+    // The new watch is the one that counts.
+    c.backend
+        .send(BackendEvent::Health {
+            uuid: "GPU-a".into(),
+            healthy: false,
+            reason: "xid 79".into(),
+        })
+        .await;
+    assert!(c.kubelet.wait_for_healthy(RESOURCE, 4, WAIT).await);
+    c.stop().await;
+}

@@ -2,16 +2,20 @@
 //!
 //! Every early return gives back what was taken (invariant 4,
 //! `docs/architecture.md#invariants`): the node lock (unless this pod already held it
-//! before this call) and the reservation.
+//! before this call) and the reservation. Every write names the pod's UID, so nothing
+//! lands on a pod re-created under the same name. A bind is marked in flight for its
+//! whole length ([`hami_k8s::lock::LocalBinds`]): a node lock whose unbound owner is not
+//! in flight anywhere is taken over at once (`docs/extender.md#node-lock-takeover`).
 
 use std::time::{Duration, Instant};
 
 use hami_core::annotations as keys;
+use hami_core::codec::decode_node_lock;
 use hami_core::engine::PodPlan;
 use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
-use hami_k8s::lock::{self, Acquired, LockError};
-use hami_k8s::patch::{MetadataPatch, is_not_found, patch_pod};
+use hami_k8s::lock::{self, Acquired, LOCKED_BIND_LIMIT, LockError};
+use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
 use hami_server::flags::format_go_duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
@@ -27,14 +31,22 @@ const WRITE_WAIT: Duration = Duration::from_secs(10);
 /// Lock retries at least this often while waiting (a holder may vanish silently).
 const LOCK_POLL_MAX: Duration = Duration::from_millis(500);
 
-/// A failed API call: the pod being gone is its own (expected) reason.
+/// A failed API call: the pod being gone (or replaced) is its own (expected) reason.
 fn api_failure(e: &kube::Error, message: String) -> Failure {
-    let reason = if is_not_found(e) {
+    let reason = if is_gone(e) {
         ErrorReason::PodGone
     } else {
         ErrorReason::Api
     };
     fail(reason, message)
+}
+
+/// A lock attempt that failed for another reason than the node being locked.
+fn lock_failure(e: LockError) -> Failure {
+    match e {
+        LockError::NodeNotFound(n) => fail(ErrorReason::NodeGone, format!("node {n} not found")),
+        e => fail(ErrorReason::Api, e.to_string()),
+    }
 }
 
 impl Extender {
@@ -91,6 +103,7 @@ impl Extender {
             args.node.as_str(),
             args.pod_uid.as_str(),
         );
+        let _in_flight = self.binds.start(ns, name);
         let held = self.lock_state().holding_node(uid).map(str::to_string);
         tracing::trace!(%uid, ?held, "bind start");
         match held.as_deref() {
@@ -135,7 +148,19 @@ impl Extender {
         // The hold may have ended while waiting (the pod was deleted or filtered again).
         let still = self.lock_state().holding_node(uid) == Some(node);
         let bound = if still {
-            self.bind_locked(ns, name, uid, node).await
+            // Bounded, so another replica can tell an abandoned lock from this one
+            // (`lock::PEER_BIND_GRACE`).
+            tokio::time::timeout(LOCKED_BIND_LIMIT, self.bind_locked(ns, name, uid, node))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(fail(
+                        ErrorReason::Api,
+                        format!(
+                            "pod {ns}/{name}: marking it allocating and binding it to {node} took over {}s; gave up",
+                            LOCKED_BIND_LIMIT.as_secs()
+                        ),
+                    ))
+                })
         } else {
             Err(fail(
                 ErrorReason::ReservationLost,
@@ -161,7 +186,7 @@ impl Extender {
         let phase = MetadataPatch::new()
             .annotate(keys::BIND_PHASE, "allocating")
             .annotate(keys::BIND_TIME, unix_now().to_string());
-        if let Err(e) = patch_pod(&self.client, ns, name, &phase).await {
+        if let Err(e) = patch_pod(&self.client, PodRef::new(ns, name, uid), &phase).await {
             return Err(api_failure(
                 &e,
                 format!("could not mark pod {ns}/{name} allocating: {e}"),
@@ -170,6 +195,8 @@ impl Extender {
         self.create_binding(ns, name, uid, node).await
     }
 
+    /// Creates the Binding of the pod with `uid` (the API server's precondition: a pod
+    /// re-created under the same name is refused with 409).
     async fn create_binding(
         &self,
         ns: &str,
@@ -177,14 +204,10 @@ impl Extender {
         uid: &str,
         node: &str,
     ) -> Result<(), Failure> {
-        let mut metadata = json!({"name": name, "namespace": ns});
-        if !uid.is_empty() {
-            metadata["uid"] = json!(uid);
-        }
         let binding = json!({
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": metadata,
+            "metadata": {"name": name, "namespace": ns, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}
         });
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
@@ -225,6 +248,15 @@ impl Extender {
                 ));
             }
         };
+        let found = pod.metadata.uid.as_deref().unwrap_or_default();
+        if !uid.is_empty() && found != uid {
+            return Err(fail(
+                ErrorReason::PodGone,
+                format!(
+                    "pod {ns}/{name} with UID {uid} is gone; the pod of that name now is another one (UID {found})"
+                ),
+            ));
+        }
         let asks = PodPlan::new(&pod, &self.registry, &self.settings.defaults)
             .map(|p| !p.is_empty())
             .unwrap_or(true);
@@ -237,7 +269,7 @@ impl Extender {
                 ),
             ));
         }
-        self.create_binding(ns, name, uid, node).await
+        self.create_binding(ns, name, found, node).await
     }
 
     /// Waits for the pod's annotation write from /filter, if one is in flight.
@@ -291,6 +323,15 @@ impl Extender {
     ) -> Result<Option<Acquired>, Failure> {
         let started = Instant::now();
         let deadline = started + self.settings.node_lock_wait;
+        // The lock's own owner (a retried bind) takes it back at once: queued behind the
+        // pods waiting for that very lock, it would only wait for them to give up.
+        if self.owns_lock(node, ns, name) {
+            match self.try_lock(node, ns, name).await {
+                Ok(a) => return Ok(Some(a)),
+                Err(e) if e.is_held() => {}
+                Err(e) => return Err(lock_failure(e)),
+            }
+        }
         let queue = self.node_queue(node);
         let _turn = match tokio::time::timeout_at(deadline.into(), queue.lock()).await {
             Ok(g) => g,
@@ -305,15 +346,7 @@ impl Extender {
         let mut changes = self.node_changes.subscribe();
         let mut waited = false;
         loop {
-            match lock::try_acquire(
-                &self.client,
-                node,
-                ns,
-                name,
-                self.settings.node_lock_timeout,
-            )
-            .await
-            {
+            match self.try_lock(node, ns, name).await {
                 Ok(a) => {
                     if waited {
                         self.metrics.lock_waited(started.elapsed());
@@ -335,10 +368,7 @@ impl Extender {
                     let _ = tokio::time::timeout(wait, changes.changed()).await;
                     delay = (delay * 2).min(LOCK_POLL_MAX);
                 }
-                Err(LockError::NodeNotFound(n)) => {
-                    return Err(fail(ErrorReason::NodeGone, format!("node {n} not found")));
-                }
-                Err(e) => return Err(fail(ErrorReason::Api, e.to_string())),
+                Err(e) => return Err(lock_failure(e)),
             }
         }
     }
@@ -359,6 +389,28 @@ impl Extender {
                 format_go_duration(wait)
             )
         }
+    }
+
+    /// One attempt at the node lock, taking over a lock nobody is binding.
+    async fn try_lock(&self, node: &str, ns: &str, name: &str) -> Result<Acquired, LockError> {
+        lock::try_acquire_with(
+            &self.client,
+            node,
+            ns,
+            name,
+            self.settings.node_lock_timeout,
+            &self.binds,
+        )
+        .await
+    }
+
+    /// Whether the node's lock names pod `ns/name`, as the node watch last showed it.
+    fn owns_lock(&self, node: &str, ns: &str, name: &str) -> bool {
+        self.lock_state()
+            .node(node)
+            .and_then(|n| n.lock.as_deref())
+            .and_then(|v| decode_node_lock(v).ok())
+            .is_some_and(|l| l.is_owned_by(ns, name))
     }
 
     pub(crate) async fn release_lock(&self, node: &str, ns: &str, name: &str) {

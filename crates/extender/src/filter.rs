@@ -20,7 +20,7 @@ use hami_core::engine::{PodPlan, allocation_annotations, place_reporting};
 use hami_core::fit::FitFailure;
 use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Subject};
-use hami_k8s::patch::{MetadataPatch, patch_pod};
+use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::json;
 use tokio::sync::watch;
@@ -311,11 +311,20 @@ impl Extender {
                 // Ignore the outcome; only the order matters.
                 let _ = prev.wait_for(|s| *s != WriteState::Pending).await;
             }
-            let outcome = match patch_pod(&client, namespace, name, &patch).await {
+            // Guarded by the UID: a pod deleted and re-created under the same name since
+            // /filter is another pod, and must not carry this decision.
+            let pod = PodRef::new(namespace, name, uid);
+            let outcome = match patch_pod(&client, pod, &patch).await {
                 Ok(_) => WriteState::Written,
                 Err(e) => {
-                    tracing::warn!(pod = %pod_id.key(), error = %e, "could not annotate the pod with its placement; reservation dropped");
-                    metrics.error(Operation::Filter, ErrorReason::AnnotateFailed);
+                    let reason = if is_gone(&e) {
+                        tracing::info!(pod = %pod_id.key(), error = %e, "the pod placed is gone (deleted, or re-created under its name); reservation dropped");
+                        ErrorReason::PodGone
+                    } else {
+                        tracing::warn!(pod = %pod_id.key(), error = %e, "could not annotate the pod with its placement; reservation dropped");
+                        ErrorReason::AnnotateFailed
+                    };
+                    metrics.error(Operation::Filter, reason);
                     state.lock_unpoisoned().abandon(uid, unix_now());
                     WriteState::Failed(e.to_string())
                 }

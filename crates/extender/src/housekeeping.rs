@@ -58,17 +58,22 @@ struct Transition {
 }
 
 impl Registry {
-    /// Judges every node's device plugins on a timer and after node changes.
-    pub async fn run(self, mut changes: watch::Receiver<u64>, shutdown: CancellationToken) {
+    /// Judges every node's device plugins on a timer and after node changes, until
+    /// `shutdown`; fails if the feed of node changes closes.
+    pub async fn run(
+        self,
+        mut changes: watch::Receiver<u64>,
+        shutdown: CancellationToken,
+    ) -> Result<(), String> {
         let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(100)));
         let mut seen: HashMap<(String, String), u64> = HashMap::new();
         loop {
             tokio::select! {
-                _ = shutdown.cancelled() => return,
+                _ = shutdown.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
                 c = changes.changed() => {
                     if c.is_err() {
-                        return;
+                        return Err("the feed of node changes closed".into());
                     }
                     tokio::time::sleep(DEBOUNCE).await;
                     changes.borrow_and_update();
@@ -166,16 +171,17 @@ impl Registry {
     }
 }
 
-/// Ends the holds of pods that stayed unbound past the reservation timeout.
+/// Ends the holds of pods that stayed unbound past the reservation timeout, until
+/// `shutdown`.
 pub async fn expire_reservations(
     state: Arc<Mutex<SchedState>>,
     metrics: Metrics,
     shutdown: CancellationToken,
-) {
+) -> Result<(), std::convert::Infallible> {
     let mut tick = tokio::time::interval(EXPIRY_INTERVAL);
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return Ok(()),
             _ = tick.tick() => {}
         }
         let expired = state.lock_unpoisoned().expire(unix_now());

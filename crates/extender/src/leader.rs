@@ -65,14 +65,15 @@ pub struct LeaseRef {
     pub identity: String,
 }
 
-/// Follows `lease` until `shutdown`, updating `leadership`.
+/// Follows `lease` until `shutdown`, updating `leadership`. The watch stream ending, or
+/// an error no retry fixes, stops it (its supervisor starts it again).
 pub async fn follow_lease(
     client: Client,
     lease: LeaseRef,
     leadership: Leadership,
     metrics: Metrics,
     shutdown: CancellationToken,
-) {
+) -> Result<(), String> {
     let LeaseRef {
         namespace,
         name,
@@ -85,13 +86,16 @@ pub async fn follow_lease(
     let mut tick = tokio::time::interval(Duration::from_secs(2));
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => return Ok(()),
             _ = tick.tick() => {}
             next = stream.try_next() => match next {
                 Ok(Some(Event::Apply(l) | Event::InitApply(l))) => current = Some(l),
                 Ok(Some(Event::Delete(_))) => current = None,
                 Ok(Some(Event::Init | Event::InitDone)) => {}
-                Ok(None) => return,
+                Ok(None) => return Err("the lease watch stream ended".into()),
+                Err(e) if hami_k8s::watch::is_permanent(&e) => {
+                    return Err(format!("the API server refused the lease watch: {e}"));
+                }
                 Err(e) => tracing::warn!(error = %e, "lease watch failed; retrying"),
             },
         }

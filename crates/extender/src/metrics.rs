@@ -116,7 +116,7 @@ label_values! {
         LockReleaseFailed => "lock_release_failed",
         /// The node is gone.
         NodeGone => "node_gone",
-        /// The pod is gone.
+        /// The pod is gone (deleted, or re-created under its name: another UID).
         PodGone => "pod_gone",
         /// Any other API server failure.
         Api => "api",
@@ -517,6 +517,9 @@ where
     Ok(())
 }
 
+/// A label whose value is formatted from each device row.
+type RowLabel = (&'static str, fn(&DeviceRow) -> String);
+
 /// A family over device rows whose labels include a per-row formatted value.
 #[allow(clippy::too_many_arguments)]
 fn device_family_with(
@@ -525,7 +528,7 @@ fn device_family_with(
     help: &str,
     rows: &[DeviceRow],
     base: fn(&DeviceRow) -> Labels<'_>,
-    extra: &[(&'static str, fn(&DeviceRow) -> String)],
+    extra: &[RowLabel],
     value: fn(&DeviceRow) -> u64,
 ) -> Result<(), std::fmt::Error> {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;

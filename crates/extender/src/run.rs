@@ -1,15 +1,23 @@
-//! Wiring: caches, background rounds, the extender endpoint and the admin port.
+//! Wiring: caches, background rounds, the extender endpoint and the admin port, each a
+//! supervised task (`hami_server::supervise`): one that stops while the process is not
+//! shutting down turns `/readyz` not ready with the reason and is started again after a
+//! growing delay (a watch starts with a relist); one that keeps failing stops the
+//! process with an error, so Kubernetes restarts it.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::Either;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
+use hami_k8s::lock::{LocalBinds, PEER_BIND_GRACE};
 use hami_k8s::quotas::QuotaCache;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, Readiness};
 use hami_server::device_config::load_device_config;
+use hami_server::listener::{Relistener, TakeOverError};
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text, supervise_admin};
 use hami_server::{CancellationToken, TlsConfig, serve};
 use kube::Client;
 use prometheus_client::registry::Registry;
@@ -39,7 +47,9 @@ pub enum RunError {
     #[error(transparent)]
     Tls(#[from] hami_server::tls::TlsError),
     #[error(transparent)]
-    Serve(#[from] hami_server::ServeError),
+    Listener(#[from] TakeOverError),
+    #[error(transparent)]
+    GaveUp(#[from] GaveUp),
 }
 
 /// Everything the service needs, with listeners already bound (tests pass
@@ -62,6 +72,9 @@ pub struct Service {
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
     pub dedicated_http_thread: bool,
+    /// When a background task that stopped is started again, and when the process gives
+    /// up.
+    pub restart: RestartPolicy,
 }
 
 impl Service {
@@ -113,11 +126,12 @@ impl Service {
             leader_lease,
             legacy_metrics: cli.legacy_metrics,
             dedicated_http_thread: true,
+            restart: RestartPolicy::default(),
         })
     }
 }
 
-/// Runs the service against `client` until `shutdown`.
+/// Runs the service against `client` until `shutdown`, or until a task keeps failing.
 pub async fn serve_service(
     svc: Service,
     client: Client,
@@ -145,7 +159,8 @@ pub async fn serve_service(
         .unwrap_or_else(|| svc.settings.scheduler_name.clone());
     let events = Recorder::start(client.clone(), &svc.settings.scheduler_name, &instance);
     let (changes, _) = watch::channel(0u64);
-    let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness);
+    let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness.clone());
+    let mut sup = Supervisor::new(readiness, shutdown, svc.restart);
 
     let leadership = match &svc.leader_lease {
         None => {
@@ -154,13 +169,11 @@ pub async fn serve_service(
         }
         Some(lease) => {
             let l = Leadership::always();
-            tokio::spawn(follow_lease(
-                client.clone(),
-                lease.clone(),
-                l.clone(),
-                metrics.clone(),
-                shutdown.clone(),
-            ));
+            let (c, lease, follower, m) =
+                (client.clone(), lease.clone(), l.clone(), metrics.clone());
+            sup.spawn("leader lease watch", move |stop| {
+                follow_lease(c.clone(), lease.clone(), follower.clone(), m.clone(), stop)
+            });
             l
         }
     };
@@ -172,23 +185,21 @@ pub async fn serve_service(
         sync: sync.clone(),
         events: events.clone(),
     };
-    tokio::spawn(watch_nodes(nodes, shutdown.clone()));
-    tokio::spawn(watch_pods(
-        client.clone(),
-        state.clone(),
-        sync.clone(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(quotas.clone().watch(
-        client.clone(),
-        move || sync.update(),
-        shutdown.clone(),
-    ));
-    tokio::spawn(expire_reservations(
-        state.clone(),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+    sup.spawn("node watch", move |stop| watch_nodes(nodes.clone(), stop));
+    let (c, st) = (client.clone(), state.clone());
+    let pod_sync = sync.clone();
+    sup.spawn("pod watch", move |stop| {
+        watch_pods(c.clone(), st.clone(), pod_sync.clone(), stop)
+    });
+    let (c, q) = (client.clone(), quotas.clone());
+    sup.spawn("resourcequota watch", move |stop| {
+        let sync = sync.clone();
+        q.clone().watch(c.clone(), move || sync.update(), stop)
+    });
+    let (st, m) = (state.clone(), metrics.clone());
+    sup.spawn("reservation expiry", move |stop| {
+        expire_reservations(st.clone(), m.clone(), stop)
+    });
     let registry_round = housekeeping::Registry {
         state: state.clone(),
         registry,
@@ -198,8 +209,15 @@ pub async fn serve_service(
         interval: svc.registry_interval,
         handshake_timeout: svc.handshake_timeout,
     };
-    tokio::spawn(registry_round.run(changes.subscribe(), shutdown.clone()));
+    let feed = changes.clone();
+    sup.spawn("node registry round", move |stop| {
+        registry_round.clone().run(feed.subscribe(), stop)
+    });
 
+    let binds = match svc.leader_lease {
+        None => LocalBinds::sole(),
+        Some(_) => LocalBinds::with_peers(PEER_BIND_GRACE),
+    };
     let extender = Arc::new(Extender::new(
         ExtenderParts {
             state,
@@ -208,65 +226,68 @@ pub async fn serve_service(
             events,
             metrics,
             node_changes: changes,
+            binds,
         },
         svc.settings,
     ));
-    let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
+    supervise_admin(&mut sup, Relistener::new(svc.admin_listener)?, admin);
+    let listener = Relistener::new(svc.listener)?;
+    let (tls, own_thread) = (svc.tls, svc.dedicated_http_thread);
     let handler = extender.into_handler();
-    let served = if svc.dedicated_http_thread {
-        serve_on_own_thread(svc.listener, svc.tls, handler, shutdown.clone()).await
-    } else {
-        serve(svc.listener, svc.tls, handler, shutdown.clone()).await
-    };
-    shutdown.cancel();
-    let admin_result = admin_task.await;
-    served?;
-    match admin_result {
-        Ok(r) => r?,
-        Err(e) => tracing::error!(error = %e, "admin server task failed"),
-    }
+    sup.spawn("extender server", move |stop| {
+        let (tls, handler) = (tls.clone(), handler.clone());
+        let listener = if own_thread {
+            listener.std().map(Either::Left)
+        } else {
+            listener.tokio().map(Either::Right)
+        };
+        async move {
+            match listener.map_err(|e| format!("listener: {e}"))? {
+                Either::Left(std) => serve_on_own_thread(std, tls, handler, stop).await,
+                Either::Right(listener) => serve(listener, tls, handler, stop)
+                    .await
+                    .map_err(|e| e.to_string()),
+            }
+        }
+    });
+    sup.run().await?;
     Ok(())
 }
 
 /// Serves `handler` on a new thread with a one-thread runtime; resolves when it stops.
 async fn serve_on_own_thread(
-    listener: TcpListener,
+    listener: std::net::TcpListener,
     tls: TlsConfig,
     handler: hami_server::Handler,
-    shutdown: CancellationToken,
-) -> Result<(), hami_server::ServeError> {
-    let std_listener = listener
-        .into_std()
-        .map_err(hami_server::ServeError::LocalAddr)?;
+    stop: CancellationToken,
+) -> Result<(), String> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let stop = shutdown.clone();
     let spawned = std::thread::Builder::new()
         .name("extender-http".into())
         .spawn(move || {
-            let result = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(hami_server::ServeError::LocalAddr)
-                .and_then(|rt| {
-                    rt.block_on(async move {
-                        let listener = TcpListener::from_std(std_listener)
-                            .map_err(hami_server::ServeError::LocalAddr)?;
-                        serve(listener, tls, handler, stop).await
-                    })
-                });
+            let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+                rt.block_on(async move {
+                    let listener =
+                        TcpListener::from_std(listener).map_err(|e| format!("listener: {e}"))?;
+                    serve(listener, tls, handler, stop)
+                        .await
+                        .map_err(|e| e.to_string())
+                })
+            }));
+            let result =
+                run.unwrap_or_else(|p| Err(format!("the HTTP thread panicked: {}", panic_text(p))));
             let _ = done_tx.send(result);
         });
     if let Err(e) = spawned {
-        return Err(hami_server::ServeError::LocalAddr(e));
+        return Err(format!("cannot start the HTTP thread: {e}"));
     }
-    match done_rx.await {
-        Ok(r) => r,
-        // The thread died without answering (a panic): stop the rest too.
-        Err(_) => {
-            shutdown.cancel();
-            Ok(())
-        }
-    }
+    done_rx
+        .await
+        .unwrap_or_else(|_| Err("the HTTP thread stopped without an answer".into()))
 }
 
 /// Parses nothing, binds the flags' addresses, connects, and serves until `shutdown`.

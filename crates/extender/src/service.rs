@@ -8,6 +8,7 @@ use hami_core::engine::SchedulerDefaults;
 use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
+use hami_k8s::lock::LocalBinds;
 use hami_k8s::quotas::QuotaCache;
 use hami_server::body::read_request_bounded;
 use hami_server::{Handler, HttpResponse, handler_fn, respond};
@@ -19,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::metrics::{ErrorReason, Metrics, Operation};
 use crate::state::SchedState;
-use crate::wire::{ExtenderBindingResult, ExtenderFilterResult};
+use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
 
 /// Settings of the service (from the flags).
 #[derive(Debug, Clone)]
@@ -58,6 +59,8 @@ pub struct Extender {
     pub(crate) node_changes: watch::Sender<u64>,
     /// Per node: binds waiting for its lock queue here.
     queues: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// The binds in flight here, which tell an abandoned node lock from a live one.
+    pub(crate) binds: Arc<LocalBinds>,
     /// Where writes and events run, away from the thread answering kube-scheduler.
     pub(crate) background: tokio::runtime::Handle,
 }
@@ -79,6 +82,9 @@ pub struct ExtenderParts {
     pub metrics: Metrics,
     /// Bumped on every node event (lock waiters wake on it).
     pub node_changes: watch::Sender<u64>,
+    /// The binds this process has in flight ([`LocalBinds::sole`] unless other replicas
+    /// may bind).
+    pub binds: Arc<LocalBinds>,
 }
 
 impl std::fmt::Debug for ExtenderParts {
@@ -96,6 +102,7 @@ impl Extender {
             events,
             metrics,
             node_changes,
+            binds,
         } = parts;
         let registry = state.lock_unpoisoned().registry().clone();
         Extender {
@@ -109,6 +116,7 @@ impl Extender {
             writes: Arc::default(),
             node_changes,
             queues: Mutex::default(),
+            binds,
             background: tokio::runtime::Handle::current(),
         }
     }
@@ -151,7 +159,7 @@ impl Extender {
         })
     }
 
-    async fn route(&self, req: Request<Incoming>) -> HttpResponse {
+    async fn route(self: Arc<Self>, req: Request<Incoming>) -> HttpResponse {
         let path = req.uri().path().to_string();
         match (req.method().clone(), path.as_str()) {
             (Method::POST, "/filter") => {
@@ -173,7 +181,7 @@ impl Extender {
                 }
             }
             (Method::POST, "/bind") => match self.read_json(req).await {
-                Ok(args) => respond::json(StatusCode::OK, &self.bind(args).await),
+                Ok(args) => respond::json(StatusCode::OK, &self.clone().bind_detached(args).await),
                 Err(e) => {
                     self.metrics.error(Operation::Bind, ErrorReason::BadBody);
                     respond::json(StatusCode::OK, &ExtenderBindingResult { error: e })
@@ -188,6 +196,17 @@ impl Extender {
                 StatusCode::NOT_FOUND,
                 &format!("no route {path}; kube-scheduler calls POST /filter and POST /bind"),
             ),
+        }
+    }
+
+    /// Runs a /bind to its end even when kube-scheduler hangs up first: a bind cut off
+    /// between taking the node lock and giving it back would leave the lock behind.
+    async fn bind_detached(self: Arc<Self>, args: ExtenderBindingArgs) -> ExtenderBindingResult {
+        match tokio::spawn(async move { self.bind(args).await }).await {
+            Ok(result) => result,
+            Err(e) => ExtenderBindingResult {
+                error: format!("bind failed inside hami-scheduler: {e}"),
+            },
         }
     }
 

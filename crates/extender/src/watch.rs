@@ -1,17 +1,22 @@
 //! Watch-fed caches: nodes and pods stream into [`SchedState`] through kube's watcher
 //! (list, then watch; relist on 410 or a dropped connection); ResourceQuotas into
 //! [`hami_k8s::quotas::QuotaCache`]. Nothing here polls.
+//!
+//! Each watch runs supervised (`run.rs`): an error no retry fixes (the API server
+//! refuses the watch) or the stream ending ends the task, so `/readyz` says why and the
+//! supervisor starts it again, which relists.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use hami_core::annotations as keys;
 use hami_core::pod::pod_name;
 use hami_core::sync::MutexExt;
 use hami_k8s::events::{EventType, Recorder, Subject};
 use hami_k8s::quotas::QuotaCache;
+use hami_k8s::watch::next_event;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -49,7 +54,10 @@ impl SyncTracker {
     }
 }
 
+pub use hami_k8s::watch::WatchStopped;
+
 /// What the node watch feeds, and from where.
+#[derive(Clone)]
 pub struct NodeWatch {
     pub client: Client,
     pub state: Arc<Mutex<SchedState>>,
@@ -71,7 +79,10 @@ impl std::fmt::Debug for NodeWatch {
 }
 
 /// Streams nodes (matching the label selector) into the state until `shutdown`.
-pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
+pub async fn watch_nodes(
+    watch: NodeWatch,
+    shutdown: CancellationToken,
+) -> Result<(), WatchStopped> {
     let NodeWatch {
         client,
         state,
@@ -88,7 +99,7 @@ pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
     }
     let mut stream = watcher::watcher(api, config).default_backoff().boxed();
     let mut listed: HashSet<String> = HashSet::new();
-    while let Some(event) = next_event(&mut stream, &shutdown, "node").await {
+    while let Some(event) = next_event(&mut stream, &shutdown, "node").await? {
         {
             let mut st = state.lock_unpoisoned();
             match event {
@@ -116,25 +127,7 @@ pub async fn watch_nodes(watch: NodeWatch, shutdown: CancellationToken) {
         sync.update();
         changes.send_modify(|v| *v = v.wrapping_add(1));
     }
-}
-
-/// The next watch event, `None` once shutting down or the stream ended. Errors are logged
-/// and skipped: the watcher retries with backoff (and relists when it must).
-async fn next_event<K>(
-    stream: &mut (impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Unpin),
-    shutdown: &CancellationToken,
-    what: &str,
-) -> Option<Event<K>> {
-    loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => return None,
-            n = stream.try_next() => n,
-        };
-        match next {
-            Ok(e) => return e,
-            Err(e) => tracing::warn!(error = %e, watch = what, "watch failed; retrying"),
-        }
-    }
+    Ok(())
 }
 
 /// Longest a repeated warning about one node's topology scores stays quiet.
@@ -226,13 +219,13 @@ pub async fn watch_pods(
     state: Arc<Mutex<SchedState>>,
     sync: SyncTracker,
     shutdown: CancellationToken,
-) {
+) -> Result<(), WatchStopped> {
     let api: Api<WatchedPod> = Api::all(client);
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
     let mut listed: HashSet<String> = HashSet::new();
-    while let Some(event) = next_event(&mut stream, &shutdown, "pod").await {
+    while let Some(event) = next_event(&mut stream, &shutdown, "pod").await? {
         let now = unix_now();
         let mut st = state.lock_unpoisoned();
         match event {
@@ -273,6 +266,7 @@ pub async fn watch_pods(
             }
         }
     }
+    Ok(())
 }
 
 fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {

@@ -196,12 +196,12 @@ async fn schedule_like_kube_scheduler(
         }
         let b = c.bind(name, &node).await;
         if b.error.is_empty() {
+            let pod = c.pods().get(name).await.unwrap();
             // The device plugin's Allocate, with retries (the API still fails at times).
             for _ in 0..50 {
                 let phase = hami_k8s::patch::patch_pod(
                     &c.client,
-                    "default",
-                    name,
+                    hami_k8s::patch::PodRef::of(&pod),
                     &hami_k8s::patch::MetadataPatch::new()
                         .annotate("hami.io/bind-phase", "success"),
                 )

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Knobs, chosen, gpu_pod, gpus, node_object};
 use hami_core::codec::{NodeLock, encode_node_lock};
-use hami_k8s::patch::{MetadataPatch, patch_node, patch_pod};
+use hami_k8s::patch::{MetadataPatch, PodRef, patch_node, patch_pod};
 use hami_server::test_support::{http_request, request};
 use hami_testkit::Fault;
 use k8s_openapi::api::core::v1::Node;
@@ -118,8 +118,14 @@ async fn bind_waits_for_a_locked_node_then_proceeds() {
 async fn locked_by_holder(knobs: Knobs) -> Cluster {
     install_crypto();
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
-    c.create(&gpu_pod("holder", &[json!({"cpu": "1"})], json!({})))
-        .await;
+    // A live lock: its pod is bound to the node and being allocated there.
+    let mut holder = gpu_pod(
+        "holder",
+        &[json!({"cpu": "1"})],
+        json!({"hami.io/bind-phase": "allocating"}),
+    );
+    holder.spec.as_mut().unwrap().node_name = Some("n1".into());
+    c.create(&holder).await;
     let now = chrono::Utc::now().fixed_offset();
     patch_node(
         &c.client,
@@ -317,10 +323,10 @@ async fn garbage_bodies_and_hostile_objects_never_panic() {
     nodes.create(&PostParams::default(), &broken).await.unwrap();
     c.create(&gpu_pod("forged", &[json!({"cpu": "1"})], json!({})))
         .await;
+    let forged = c.pods().get("forged").await.unwrap();
     patch_pod(
         &c.client,
-        "default",
-        "forged",
+        PodRef::of(&forged),
         &MetadataPatch::new()
             .annotate("hami.io/vgpu-node", "n1")
             .annotate("hami.io/vgpu-devices-allocated", "n1-gpu0,NVIDIA,-5,x:;"),
@@ -501,7 +507,13 @@ async fn metrics_and_readiness() {
     assert!(m.contains("hami_node_gpu_overview{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu1\",device_index=\"1\",device_type=\"NVIDIA-Tesla T4\",device_cores=\"40\",device_memory_limit=\"10000\"} 2621440000"), "{m}");
     assert!(m.contains("hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"p\",container_index=\"0\",device_uuid=\"n1-gpu1\"} 2621440000"), "{m}");
     assert!(m.contains("hami_vgpu_core_allocated_ratio{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"p\",container_index=\"0\",device_uuid=\"n1-gpu1\"} 40"), "{m}");
-    assert!(m.lines().any(|l| l.starts_with("hami_build_info{version=\"") && l.contains("compiler=\"rustc\"") && l.ends_with(" 1")), "{m}");
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("hami_build_info{version=\"")
+                && l.contains("compiler=\"rustc\"")
+                && l.ends_with(" 1")),
+        "{m}"
+    );
     // HAMi's legacy names only with --legacy-metrics.
     assert!(!m.contains("GPUDeviceMemoryLimit"), "{m}");
     assert!(m.contains("hami_scheduler_node_gpus{node=\"n1\"} 2"));

@@ -402,8 +402,7 @@ async fn a_malformed_node_score_keeps_the_node_without_topology() {
     hami_k8s::patch::patch_node(
         &c.client,
         "n1",
-        &hami_k8s::patch::MetadataPatch::new()
-            .annotate("hami.io/node-nvidia-score", "not-json{"),
+        &hami_k8s::patch::MetadataPatch::new().annotate("hami.io/node-nvidia-score", "not-json{"),
     )
     .await
     .unwrap();

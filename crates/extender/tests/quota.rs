@@ -175,10 +175,7 @@ async fn concurrent_filters_never_share_the_last_of_a_quota() {
     const FIT: usize = 10;
     let c = Arc::new(
         Cluster::start(
-            &[
-                ("n1", gpus("n1", 4, 80_000)),
-                ("n2", gpus("n2", 4, 80_000)),
-            ],
+            &[("n1", gpus("n1", 4, 80_000)), ("n2", gpus("n2", 4, 80_000))],
             Knobs::default(),
         )
         .await,

@@ -7,8 +7,15 @@
 //! cannot both win: the loser gets 409, re-reads and sees the winner. A lock is taken over
 //! when it expired, when its owner pod no longer exists or has finished allocating, and —
 //! unlike HAMi, where such a value blocks the node forever — when its value is malformed.
+//! A scheduler that knows its own binds ([`LocalBinds`], [`try_acquire_with`]) also takes
+//! over a lock whose owner is still unbound and that nobody is binding: the scheduler that
+//! took it stopped mid-bind (`docs/extender.md#node-lock-takeover`).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use hami_core::sync::MutexExt;
 
 use chrono::{DateTime, FixedOffset, Utc};
 use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
@@ -21,6 +28,15 @@ use crate::patch::{MetadataPatch, is_conflict, is_not_found, patch_node};
 
 /// HAMi's default lock expiry.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The longest a bind may hold a node lock with its pod still unbound: a bind that has
+/// not created its Binding this long after taking the lock gives up (and releases it).
+pub const LOCKED_BIND_LIMIT: Duration = Duration::from_secs(10);
+
+/// Where other scheduler replicas may bind (leader election), how old a lock of an
+/// unbound pod that this process is not binding must be before it counts as abandoned:
+/// well past [`LOCKED_BIND_LIMIT`], so a live bind of another replica is never robbed.
+pub const PEER_BIND_GRACE: Duration = Duration::from_secs(30);
 
 /// Conflicts (409) are retried at once with a fresh read, this many times.
 const CONFLICT_RETRIES: usize = 16;
@@ -77,6 +93,99 @@ pub enum Takeover {
     Malformed {
         value: String,
     },
+    /// The owner pod is still unbound and nobody is binding it: the scheduler that took
+    /// the lock stopped mid-bind (killed, restarted, its call cancelled).
+    Abandoned {
+        owner: String,
+    },
+}
+
+/// The binds this process has in flight, by pod, and whether other processes may bind
+/// too: what tells a lock whose owner nobody is binding from a live one.
+#[derive(Debug)]
+pub struct LocalBinds {
+    in_flight: Mutex<HashMap<(String, String), usize>>,
+    /// `None`: this process is the only one that binds (no leader election), so an
+    /// unbound owner it is not binding is abandoned. `Some(g)`: other replicas may be
+    /// binding; the lock must also be `g` old.
+    peer_grace: Option<Duration>,
+}
+
+impl LocalBinds {
+    /// This process is the only scheduler that binds.
+    pub fn sole() -> Arc<Self> {
+        Arc::new(LocalBinds {
+            in_flight: Mutex::default(),
+            peer_grace: None,
+        })
+    }
+
+    /// Other replicas may bind as well (leader election hands binds from one to
+    /// another); their locks are judged abandoned only `grace` after they were taken.
+    pub fn with_peers(grace: Duration) -> Arc<Self> {
+        Arc::new(LocalBinds {
+            in_flight: Mutex::default(),
+            peer_grace: Some(grace),
+        })
+    }
+
+    /// Marks a bind of pod `namespace/name` as in flight until the guard is dropped.
+    pub fn start(self: &Arc<Self>, namespace: &str, name: &str) -> BindInFlight {
+        let key = (namespace.to_string(), name.to_string());
+        *self
+            .in_flight
+            .lock_unpoisoned()
+            .entry(key.clone())
+            .or_default() += 1;
+        BindInFlight {
+            binds: self.clone(),
+            key,
+        }
+    }
+
+    /// Whether this process is binding pod `namespace/name` now.
+    pub fn is_binding(&self, namespace: &str, name: &str) -> bool {
+        self.in_flight
+            .lock_unpoisoned()
+            .contains_key(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Whether a lock taken at `taken` for `owner` (the pod as read now) is abandoned:
+    /// the owner is unbound (bound, the device plugin releases the lock once it
+    /// allocated), this process is not binding it, and no other replica can still be.
+    fn abandoned(&self, owner: &Pod, taken: &DateTime<FixedOffset>, now: &DateTime<Utc>) -> bool {
+        let meta = &owner.metadata;
+        let (ns, name) = (
+            meta.namespace.as_deref().unwrap_or_default(),
+            meta.name.as_deref().unwrap_or_default(),
+        );
+        let held = now
+            .signed_duration_since(taken)
+            .to_std()
+            .unwrap_or_default();
+        hami_core::pod::bound_node(owner).is_none()
+            && !self.is_binding(ns, name)
+            && self.peer_grace.is_none_or(|grace| held >= grace)
+    }
+}
+
+/// A bind in flight; dropping it ends it.
+#[derive(Debug)]
+pub struct BindInFlight {
+    binds: Arc<LocalBinds>,
+    key: (String, String),
+}
+
+impl Drop for BindInFlight {
+    fn drop(&mut self) {
+        let mut in_flight = self.binds.in_flight.lock_unpoisoned();
+        if let Some(n) = in_flight.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                in_flight.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// What a release did.
@@ -123,6 +232,30 @@ pub async fn try_acquire(
     pod: &str,
     timeout: Duration,
 ) -> Result<Acquired, LockError> {
+    acquire(client, node, namespace, pod, timeout, None).await
+}
+
+/// [`try_acquire`] for a scheduler that knows its binds: a lock whose owner is unbound
+/// and that nobody binds is taken over too ([`Takeover::Abandoned`]).
+pub async fn try_acquire_with(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    timeout: Duration,
+    binds: &LocalBinds,
+) -> Result<Acquired, LockError> {
+    acquire(client, node, namespace, pod, timeout, Some(binds)).await
+}
+
+async fn acquire(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    timeout: Duration,
+    binds: Option<&LocalBinds>,
+) -> Result<Acquired, LockError> {
     let mut errors = 0;
     for _ in 0..CONFLICT_RETRIES {
         let n = match get_node(client, node).await {
@@ -136,11 +269,13 @@ pub async fn try_acquire(
         };
         let how = match lock_value(&n) {
             None => Acquired::Taken,
-            Some(value) => match judge(client, node, namespace, pod, value, timeout).await? {
-                Verdict::Mine => return Ok(Acquired::Reentered),
-                Verdict::Free(t) => Acquired::TookOver(t),
-                Verdict::Held(e) => return Err(e),
-            },
+            Some(value) => {
+                match judge(client, node, (namespace, pod), value, timeout, binds).await? {
+                    Verdict::Mine => return Ok(Acquired::Reentered),
+                    Verdict::Free(t) => Acquired::TookOver(t),
+                    Verdict::Held(e) => return Err(e),
+                }
+            }
         };
         let now: DateTime<FixedOffset> = Utc::now().fixed_offset();
         let value = encode_node_lock(&NodeLock::owned(now, namespace, pod));
@@ -248,10 +383,10 @@ enum Verdict {
 async fn judge(
     client: &Client,
     node: &str,
-    namespace: &str,
-    pod: &str,
+    (namespace, pod): (&str, &str),
     value: &str,
     timeout: Duration,
+    binds: Option<&LocalBinds>,
 ) -> Result<Verdict, LockError> {
     let lock = match decode_node_lock(value) {
         Ok(l) => l,
@@ -268,7 +403,8 @@ async fn judge(
         || "<unknown>".to_string(),
         |o| format!("{}/{}", o.namespace, o.name),
     );
-    if lock.is_expired(&Utc::now(), timeout) {
+    let now = Utc::now();
+    if lock.is_expired(&now, timeout) {
         return Ok(Verdict::Free(Takeover::Expired { owner }));
     }
     if let Some(o) = &lock.owner {
@@ -277,6 +413,9 @@ async fn judge(
             Ok(None) => return Ok(Verdict::Free(Takeover::Dangling { owner })),
             Ok(Some(p)) if owner_done(&p, node) => {
                 return Ok(Verdict::Free(Takeover::Dangling { owner }));
+            }
+            Ok(Some(p)) if binds.is_some_and(|b| b.abandoned(&p, &lock.acquired_at, &now)) => {
+                return Ok(Verdict::Free(Takeover::Abandoned { owner }));
             }
             Ok(Some(_)) => {}
             Err(source) => {

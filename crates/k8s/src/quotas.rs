@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use hami_core::quota::QuotaBook;
 use hami_core::sync::RwLockExt;
 use hami_core::vendor::VendorRegistry;
@@ -18,6 +18,8 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio_util::sync::CancellationToken;
+
+use crate::watch::{WatchStopped, next_event};
 
 /// The limits, shared between the watch that fills them and their readers. Cheap to
 /// clone.
@@ -48,31 +50,20 @@ impl QuotaCache {
 
     /// Watches every ResourceQuota into the cache until `shutdown`; `on_synced` runs
     /// after each complete list. Limits that cannot be read are left out with a warning
-    /// naming the object and the value.
+    /// naming the object and the value. Ends with an error where no retry helps (the
+    /// API server refuses the watch) or the stream ends, for its supervisor to restart.
     pub async fn watch(
         self,
         client: Client,
         on_synced: impl Fn() + Send,
         shutdown: CancellationToken,
-    ) {
+    ) -> Result<(), WatchStopped> {
         let api: Api<ResourceQuota> = Api::all(client);
         let mut stream = watcher::watcher(api, watcher::Config::default())
             .default_backoff()
             .boxed();
         let mut listed: BTreeSet<(String, String)> = BTreeSet::new();
-        loop {
-            let next = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                n = stream.try_next() => n,
-            };
-            let event = match next {
-                Ok(Some(e)) => e,
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::warn!(error = %e, watch = "resourcequota", "watch failed; retrying");
-                    continue;
-                }
-            };
+        while let Some(event) = next_event(&mut stream, &shutdown, "resourcequota").await? {
             match event {
                 Event::Init => listed.clear(),
                 Event::InitApply(q) => {
@@ -93,6 +84,7 @@ impl QuotaCache {
                 }
             }
         }
+        Ok(())
     }
 
     fn apply(&self, quota: &ResourceQuota) {
@@ -115,8 +107,8 @@ mod tests {
     use super::*;
     use hami_core::config::DeviceConfig;
     use hami_testkit::ApiServer;
-    use kube::api::{DeleteParams, PostParams};
     use kube::Config;
+    use kube::api::{DeleteParams, PostParams};
     use serde_json::json;
     use std::time::{Duration, Instant};
 
@@ -140,7 +132,10 @@ mod tests {
             }))
             .unwrap()
         };
-        quotas.create(&PostParams::default(), &q("4000")).await.unwrap();
+        quotas
+            .create(&PostParams::default(), &q("4000"))
+            .await
+            .unwrap();
         let cache = QuotaCache::new(&VendorRegistry::from_config(&DeviceConfig::default()));
         let shutdown = CancellationToken::new();
         let synced = Arc::new(AtomicBool::new(false));
@@ -150,8 +145,14 @@ mod tests {
             move || flag.store(true, Ordering::Release),
             shutdown.clone(),
         ));
-        until("never synced", || cache.synced() && synced.load(Ordering::Acquire)).await;
-        assert_eq!(cache.read().limit("default", "nvidia.com/gpumem"), Some(4000));
+        until("never synced", || {
+            cache.synced() && synced.load(Ordering::Acquire)
+        })
+        .await;
+        assert_eq!(
+            cache.read().limit("default", "nvidia.com/gpumem"),
+            Some(4000)
+        );
         quotas
             .delete("gpu", &DeleteParams::default())
             .await
@@ -161,6 +162,6 @@ mod tests {
         })
         .await;
         shutdown.cancel();
-        task.await.unwrap();
+        task.await.unwrap().unwrap();
     }
 }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
-use hami_k8s::lock::{self, Acquired, LockError, Released, Takeover};
+use hami_k8s::lock::{self, Acquired, LocalBinds, LockError, Released, Takeover};
 use hami_testkit::{ApiServer, Fault};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, PostParams};
@@ -238,5 +238,161 @@ async fn api_errors_are_retried_and_missing_nodes_reported() {
             .await
             .unwrap(),
         Released::NotLocked
+    );
+}
+
+#[tokio::test]
+async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "orphan", json!({BIND_PHASE: "allocating"})).await;
+    create_pod(&client, "me", json!({})).await;
+    let at = |secs_ago: i64| {
+        (chrono::Utc::now() - chrono::TimeDelta::seconds(secs_ago))
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    };
+    let sole = LocalBinds::sole();
+
+    // Fresh, owner unbound, and this process is binding it: a live lock.
+    set_lock(&client, &format!("{},default,orphan", at(0))).await;
+    let binding = sole.start("default", "orphan");
+    let held = lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole).await;
+    assert!(held.unwrap_err().is_held());
+    // Its bind ended without a Binding (killed, cut off): abandoned, taken over at once.
+    drop(binding);
+    assert!(!sole.is_binding("default", "orphan"));
+    assert_eq!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Abandoned {
+            owner: "default/orphan".into()
+        })
+    );
+    // Without that knowledge the same lock is respected (plain `try_acquire`).
+    set_lock(&client, &format!("{},default,orphan", at(0))).await;
+    assert!(
+        lock::try_acquire(&client, "n1", "default", "me", TIMEOUT)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+
+    // Other replicas may bind: a fresh lock may be one of their live binds; an old one
+    // (past the grace) is not.
+    let peers = LocalBinds::with_peers(Duration::from_secs(30));
+    assert!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &peers)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+    set_lock(&client, &format!("{},default,orphan", at(40))).await;
+    assert!(matches!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &peers).await,
+        Ok(Acquired::TookOver(Takeover::Abandoned { .. }))
+    ));
+
+    // A bound owner is being allocated by the device plugin: never abandoned.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "orphan", "namespace": "default"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "orphan",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    set_lock(&client, &format!("{},default,orphan", at(0))).await;
+    assert!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+}
+
+/// HAMi's `Test_LockNode`, `TestLockNodeWithDangling` and `TestReleaseNodeLock`
+/// (pkg/util/nodelock), case by case. Three of HAMi's cases are deliberate differences
+/// (`docs/protocol.md#node-lock`): the lock's own owner takes it back (HAMi: `node has been
+/// locked`, an error), a malformed value is taken over (HAMi: `node lock is invalid`, an
+/// error that blocks the node until someone edits it) and releasing on a node that is gone
+/// finds nothing to release (HAMi: an error).
+#[tokio::test]
+async fn hamis_node_lock_tables() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "hami", json!({})).await;
+
+    // Test_LockNode "node not found": an error.
+    assert!(matches!(
+        lock::try_acquire(&client, "node", "default", "hami", TIMEOUT).await,
+        Err(LockError::NodeNotFound(n)) if n == "node"
+    ));
+    // Test_LockNode "successfully set node lock".
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Taken
+    );
+    // Test_LockNode "node has been locked" (by the same pod): re-entered here.
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Reentered
+    );
+    // TestReleaseNodeLock "successfully release node lock", then "node is not lock".
+    assert_eq!(
+        lock::release(&client, "n1", "default", "hami")
+            .await
+            .unwrap(),
+        Released::Released
+    );
+    assert_eq!(
+        lock::release(&client, "n1", "default", "hami")
+            .await
+            .unwrap(),
+        Released::NotLocked
+    );
+    // TestReleaseNodeLock "node lock is not set by this pod": no error, lock left alone.
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let other = format!("{now},namespace,pod");
+    set_lock(&client, &other).await;
+    assert_eq!(
+        lock::release(&client, "n1", "default", "hami")
+            .await
+            .unwrap(),
+        Released::HeldByOther {
+            value: other.clone()
+        }
+    );
+    assert_eq!(lock_value(&client).await, Some(other));
+    // TestLockNodeWithDangling: a fresh lock whose pod does not exist is taken over.
+    assert!(matches!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT).await,
+        Ok(Acquired::TookOver(Takeover::Dangling { .. }))
+    ));
+    // TestReleaseNodeLock "node not found": HAMi errors; here there is nothing left to
+    // release, and a failed bind's clean-up must not report the node's deletion as a fault.
+    assert_eq!(
+        lock::release(&client, "node", "default", "hami")
+            .await
+            .unwrap(),
+        Released::NotLocked
+    );
+    // Test_LockNode "node lock is invalid" (`lock`): taken over here.
+    set_lock(&client, "lock").await;
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Malformed {
+            value: "lock".into()
+        })
     );
 }

@@ -143,13 +143,17 @@ fn pod_info(pod: &SlimPod) -> Option<(String, PodInfo)> {
 
 /// Why the watch stopped.
 #[derive(Debug, thiserror::Error)]
-#[error("the pod watch of node {node} ended")]
-pub struct WatchEnded {
-    pub node: String,
+pub enum WatchEnded {
+    #[error("the pod watch of node {node} ended")]
+    Ended { node: String },
+    /// An error no retry fixes (`hami_k8s::watch::is_permanent`).
+    #[error("the API server refused the pod watch of node {node}: {error}")]
+    Refused { node: String, error: String },
 }
 
 /// Keeps `pods` equal to the pods bound to `node` until `stop`. Watch errors are logged
-/// and retried with backoff; the stream ending is an error (the supervisor restarts it).
+/// and retried with backoff; the stream ending, or an error no retry fixes, is an error
+/// (the supervisor restarts it).
 pub async fn watch_pods(
     client: Client,
     node: String,
@@ -174,7 +178,13 @@ pub async fn watch_pods(
         };
         let event = match next {
             Ok(Some(e)) => e,
-            Ok(None) => return Err(WatchEnded { node }),
+            Ok(None) => return Err(WatchEnded::Ended { node }),
+            Err(e) if hami_k8s::watch::is_permanent(&e) => {
+                return Err(WatchEnded::Refused {
+                    node,
+                    error: e.to_string(),
+                });
+            }
             Err(e) => {
                 tracing::warn!(%node, error = %e, "pod watch failed; retrying");
                 continue;

@@ -33,11 +33,15 @@ pub fn build_labels() -> [(&'static str, String); 6] {
         ("version", env!("CARGO_PKG_VERSION").to_string()),
         (
             "revision",
-            option_env!("HAMI_REVISION").unwrap_or("unknown").to_string(),
+            option_env!("HAMI_REVISION")
+                .unwrap_or("unknown")
+                .to_string(),
         ),
         (
             "build_date",
-            option_env!("HAMI_BUILD_DATE").unwrap_or("unknown").to_string(),
+            option_env!("HAMI_BUILD_DATE")
+                .unwrap_or("unknown")
+                .to_string(),
         ),
         // A Rust build: the label dashboards group by carries the rustc version.
         ("go_version", env!("HAMI_RUSTC_VERSION").to_string()),

@@ -11,18 +11,23 @@
 //! - [`respond`]: small JSON/text response helpers.
 //! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`); [`build_info`]: HAMi's
 //!   `hami_build_info` series.
+//! - [`listener::Relistener`]: a bound socket a supervised server is started again on.
 //! - [`trace::init_tracing`]: text or JSON logs; [`pod_span!`]: the span every call
 //!   made for one pod runs in (`pod.namespace`, `pod.name`, `pod.uid`).
 //! - [`shutdown::shutdown_on_signals`]: a token cancelled by SIGTERM or Ctrl-C.
 //! - [`supervise::Supervisor`]: long-running tasks restarted with backoff, readiness
 //!   showing why one is down, giving up (and exiting) when one keeps failing.
+//! - [`certcheck::watch_certificate`]: readiness follows the validity of the
+//!   certificate a TLS server serves.
 
 pub mod admin;
 pub mod args;
 pub mod body;
 pub mod build_info;
+pub mod certcheck;
 pub mod device_config;
 pub mod flags;
+pub mod listener;
 pub mod respond;
 pub mod serve;
 pub mod shutdown;

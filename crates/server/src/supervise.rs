@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::Readiness;
+use crate::admin::{AdminState, Readiness, serve_admin};
+use crate::listener::Relistener;
 
 /// When to restart and when to give up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,6 +127,9 @@ where
         let stop = shutdown.child_token();
         let run = make(stop.clone());
         let ended = tokio::spawn(run).await;
+        // Whatever the run started and left behind (threads, child tasks holding `stop`)
+        // ends with it, before a new run starts.
+        stop.cancel();
         if shutdown.is_cancelled() {
             return Ok(());
         }
@@ -159,6 +163,21 @@ where
     }
 }
 
+/// Serves the admin routes (`/livez`, `/readyz`, `/metrics`) on `listener` as the
+/// supervised task `admin server`.
+pub fn supervise_admin(sup: &mut Supervisor, listener: Relistener, state: AdminState) {
+    sup.spawn("admin server", move |stop| {
+        let state = state.clone();
+        let listener = listener.tokio();
+        async move {
+            let listener = listener.map_err(|e| format!("listener: {e}"))?;
+            serve_admin(listener, state, stop)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    });
+}
+
 /// The message of a panic payload (`panic!` with a literal or a formatted string).
 pub fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
     payload
@@ -183,11 +202,32 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn failed_task_is_restarted_and_readiness_says_why_meanwhile() {
+    /// A supervisor reporting on a fresh readiness, with its shutdown token.
+    fn supervisor(max_failures: u32) -> (Readiness, CancellationToken, Supervisor) {
         let readiness = Readiness::ready();
         let shutdown = CancellationToken::new();
-        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(10));
+        let sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(max_failures));
+        (readiness, shutdown, sup)
+    }
+
+    /// After one restart: ready again, two starts, and a clean shutdown.
+    async fn ends_restarted_once(
+        readiness: &Readiness,
+        starts: &AtomicU32,
+        shutdown: CancellationToken,
+        run: tokio::task::JoinHandle<Result<(), GaveUp>>,
+    ) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(readiness.check(), Ok(()));
+        assert_eq!(starts.load(Ordering::SeqCst), 2);
+        shutdown.cancel();
+        assert_eq!(run.await.unwrap(), Ok(()));
+        assert_eq!(readiness.check(), Ok(()), "a clean shutdown is no failure");
+    }
+
+    #[tokio::test]
+    async fn failed_task_is_restarted_and_readiness_says_why_meanwhile() {
+        let (readiness, shutdown, mut sup) = supervisor(10);
         let starts = Arc::new(AtomicU32::new(0));
         let counter = starts.clone();
         sup.spawn("scan loop", move |stop: CancellationToken| {
@@ -207,18 +247,12 @@ mod tests {
             reason.contains("scan loop: failed: disk on fire; restarting in"),
             "{reason}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert_eq!(readiness.check(), Ok(()));
-        assert_eq!(starts.load(Ordering::SeqCst), 2);
-        shutdown.cancel();
-        assert_eq!(run.await.unwrap(), Ok(()));
+        ends_restarted_once(&readiness, &starts, shutdown, run).await;
     }
 
     #[tokio::test]
     async fn panics_count_and_the_supervisor_gives_up() {
-        let readiness = Readiness::ready();
-        let shutdown = CancellationToken::new();
-        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), fast(3));
+        let (readiness, shutdown, mut sup) = supervisor(3);
         sup.spawn("feedback", |_stop: CancellationToken| async {
             if true {
                 panic!("bad index");
@@ -234,6 +268,41 @@ mod tests {
         assert!(err.last.contains("panicked: bad index"), "{err}");
         assert!(shutdown.is_cancelled(), "the other tasks are stopped");
         assert!(readiness.check().unwrap_err().contains("gave up"));
+    }
+
+    #[tokio::test]
+    async fn a_panicking_task_is_named_restarted_and_its_leftovers_stopped() {
+        let (readiness, shutdown, mut sup) = supervisor(10);
+        let starts = Arc::new(AtomicU32::new(0));
+        let (left_tx, mut left_rx) = tokio::sync::mpsc::channel::<()>(1);
+        let counter = starts.clone();
+        sup.spawn("health watch", move |stop: CancellationToken| {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let left = left_tx.clone();
+            async move {
+                if n == 0 {
+                    // Something the run started that outlives it, as a watch thread does.
+                    let child = stop.clone();
+                    tokio::spawn(async move {
+                        child.cancelled().await;
+                        let _ = left.send(()).await;
+                    });
+                    panic!("index out of bounds");
+                }
+                stop.cancelled().await;
+                Ok::<(), String>(())
+            }
+        });
+        let run = tokio::spawn(sup.run());
+        tokio::time::timeout(Duration::from_secs(5), left_rx.recv())
+            .await
+            .expect("the failed run's stop token is cancelled");
+        let reason = readiness.check().unwrap_err();
+        assert!(
+            reason.contains("health watch: panicked: index out of bounds; restarting in"),
+            "{reason}"
+        );
+        ends_restarted_once(&readiness, &starts, shutdown, run).await;
     }
 
     #[test]

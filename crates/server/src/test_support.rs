@@ -56,11 +56,29 @@ impl TestCa {
 
     /// A serving certificate for `sans` (DNS names or IP addresses).
     pub fn leaf(&self, common_name: &str, sans: &[&str]) -> Result<PemPair, TestError> {
+        self.issue(common_name, sans, |_| {})
+    }
+
+    /// A serving certificate for `sans` that expired long ago (valid during 2000).
+    pub fn expired_leaf(&self, common_name: &str, sans: &[&str]) -> Result<PemPair, TestError> {
+        self.issue(common_name, sans, |p| {
+            p.not_before = rcgen::date_time_ymd(2000, 1, 1);
+            p.not_after = rcgen::date_time_ymd(2001, 1, 1);
+        })
+    }
+
+    fn issue(
+        &self,
+        common_name: &str,
+        sans: &[&str],
+        tweak: impl FnOnce(&mut CertificateParams),
+    ) -> Result<PemPair, TestError> {
         let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
         let mut params = CertificateParams::new(sans)?;
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
+        tweak(&mut params);
         let key = KeyPair::generate()?;
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(PemPair {

@@ -107,9 +107,11 @@ pub fn parse_service_endpoint(s: &str) -> Result<ServiceEndpoint, String> {
     })
 }
 
-/// Why the emulator could not start.
+/// Why the emulator could not start, or stopped serving.
 #[derive(Debug, thiserror::Error)]
 pub enum EmulatorError {
+    #[error("stopped serving: {0}")]
+    Stopped(String),
     #[error("cannot read {path}: {source}")]
     Read {
         path: String,
@@ -342,10 +344,18 @@ pub async fn run(
     shutdown: CancellationToken,
     on_ready: impl FnOnce(&str),
 ) -> Result<(), EmulatorError> {
-    let server = start(&cli).await?;
+    let mut server = start(&cli).await?;
     tracing::info!(url = %server.url(), "kube-emulator serving");
     on_ready(&server.url());
-    shutdown.cancelled().await;
+    // Its serving tasks never end on their own: if one does, exit non-zero rather than
+    // stay up answering nothing.
+    tokio::select! {
+        () = shutdown.cancelled() => {}
+        why = server.stopped() => {
+            tracing::error!(reason = %why, "kube-emulator stopped serving");
+            return Err(EmulatorError::Stopped(why));
+        }
+    }
     tracing::info!("kube-emulator stopping");
     drop(server);
     Ok(())

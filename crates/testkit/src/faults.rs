@@ -19,6 +19,28 @@ pub enum Fault {
     /// 504, reason `Timeout`, after waiting this long (the server-side
     /// request timeout); set it above the client's timeout to make it hang.
     Timeout(Duration),
+    /// 403, reason `Forbidden` (RBAC refused the request): an error no client retry
+    /// fixes, so a watch given it ends instead of retrying.
+    Forbidden,
+}
+
+/// Something a test runs at an exact point in a client's sequence of calls.
+type Hook = Box<dyn FnOnce() + Send>;
+
+/// A hook waiting for its request.
+struct PendingHook {
+    verb: String,
+    path_suffix: String,
+    run: Hook,
+}
+
+impl std::fmt::Debug for PendingHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingHook")
+            .field("verb", &self.verb)
+            .field("path_suffix", &self.path_suffix)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One served request, in arrival order.
@@ -38,6 +60,7 @@ struct State {
     latency: Duration,
     /// verb → (failure rate in 0..=1, fault, requests seen)
     errors: HashMap<String, (f64, Fault, u64)>,
+    hooks: Vec<PendingHook>,
     log: Vec<RequestRecord>,
 }
 
@@ -63,11 +86,24 @@ impl Faults {
             .insert(verb.to_string(), (rate.clamp(0.0, 1.0), fault, 0));
     }
 
-    /// Turns all injected failures and latency off.
+    /// Runs `hook` once, just before the next request with `verb` whose path ends
+    /// with `path_suffix` is handled (after any latency): the way to change the
+    /// cluster between two calls of a client, e.g. to replace a pod after a component
+    /// read it and before it writes it.
+    pub fn before_next(&self, verb: &str, path_suffix: &str, hook: impl FnOnce() + Send + 'static) {
+        self.lock().hooks.push(PendingHook {
+            verb: verb.to_string(),
+            path_suffix: path_suffix.to_string(),
+            run: Box::new(hook),
+        });
+    }
+
+    /// Turns all injected failures, latency and pending hooks off.
     pub fn clear(&self) {
         let mut s = self.lock();
         s.latency = Duration::ZERO;
         s.errors.clear();
+        s.hooks.clear();
     }
 
     /// The requests served so far.
@@ -79,8 +115,9 @@ impl Faults {
         self.lock().log.push(r);
     }
 
-    /// Latency to apply and the failure (if any) for this request.
-    pub(crate) fn decide(&self, verb: &str) -> (Duration, Option<Fault>) {
+    /// Latency to apply, the failure (if any) and the hook (if one waits for it)
+    /// for this request.
+    pub(crate) fn decide(&self, verb: &str, path: &str) -> (Duration, Option<Fault>, Option<Hook>) {
         let mut s = self.lock();
         let latency = s.latency;
         let fault = s.errors.get_mut(verb).and_then(|(rate, fault, n)| {
@@ -89,7 +126,12 @@ impl Faults {
             *n += 1;
             ((*rate * *n as f64).floor() > before).then_some(*fault)
         });
-        (latency, fault)
+        let hook = s
+            .hooks
+            .iter()
+            .position(|h| h.verb == verb && path.ends_with(&h.path_suffix))
+            .map(|i| s.hooks.remove(i).run);
+        (latency, fault, hook)
     }
 }
 
@@ -106,6 +148,9 @@ pub(crate) fn fault_error(f: Fault, verb: &str, path: &str) -> ApiError {
             message: format!(
                 "the server was unable to return a response in the time allotted ({verb} {path})"
             ),
+        },
+        Fault::Forbidden => ApiError::Forbidden {
+            message: format!("injected refusal: {verb} {path} is forbidden"),
         },
     }
 }

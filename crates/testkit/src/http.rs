@@ -156,6 +156,24 @@ impl ApiServer {
         &self.faults
     }
 
+    /// Resolves when the server stopped serving on its own, with why: its accept loop
+    /// or its deletion reaper ended, which only a bug (a panic) makes happen. Await it
+    /// once.
+    pub async fn stopped(&mut self) -> String {
+        let (what, ended) = tokio::select! {
+            r = &mut self.task => ("accept loop", r),
+            r = &mut self.reaper => ("deletion reaper", r),
+        };
+        match ended {
+            Ok(()) => format!("the {what} ended"),
+            Err(e) if e.is_panic() => format!(
+                "the {what} panicked: {}",
+                hami_server::supervise::panic_text(e.into_panic())
+            ),
+            Err(e) => format!("the {what} was cancelled: {e}"),
+        }
+    }
+
     /// Routes calls to `https://<name>.<namespace>.svc:<port>` (webhook
     /// `clientConfig.service`) to `addr`, standing in for cluster DNS.
     pub fn register_service(&self, namespace: &str, name: &str, port: u16, addr: SocketAddr) {
@@ -179,7 +197,16 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                     let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            Some(done) = conns.join_next(), if !conns.is_empty() => {
+                if let Err(e) = done
+                    && e.is_panic()
+                {
+                    tracing::error!(
+                        error = %hami_server::supervise::panic_text(e.into_panic()),
+                        "a connection's handler panicked; its client sees the connection close"
+                    );
+                }
+            }
         }
     }
 }
@@ -246,13 +273,16 @@ async fn serve_inner(shared: &Shared, req: Request<Incoming>) -> Response<Body> 
     let content_type = header(hyper::header::CONTENT_TYPE);
     let accept = header(hyper::header::ACCEPT);
     let verb = routes::verb(&method, &path, &query);
-    let (latency, fault) = shared.faults.decide(verb);
+    let (latency, fault, hook) = shared.faults.decide(verb, &path);
     let wait = match fault {
         Some(Fault::Timeout(d)) => latency + d,
         _ => latency,
     };
     if !wait.is_zero() {
         tokio::time::sleep(wait).await;
+    }
+    if let Some(hook) = hook {
+        hook();
     }
     if let Some(f) = fault {
         return error(&fault_error(f, verb, &path));

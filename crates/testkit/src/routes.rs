@@ -11,7 +11,7 @@ use crate::negotiate::{self, Encoding, Wanted};
 use crate::patch::{self, PatchKind};
 use crate::resources::{self, Resource};
 use crate::selectors::{FieldSelector, LabelSelector, Selector};
-use crate::status::ApiError;
+use crate::status::{ApiError, PreconditionField};
 use crate::store::{DeleteOptions, Preconditions, Store};
 use crate::table::{self, IncludeObject, TableOptions};
 use crate::watch::{WatchFormat, WatchRequest};
@@ -305,7 +305,10 @@ fn dispatch(
         ("GET", Target::Item { res, ns, name }) => ok(store.get(&res, ns.as_deref(), &name)?),
         ("PUT", Target::Item { res, ns, name }) => {
             let new = parse_body(content_type, body)?;
-            ok(store.update_with(&res, ns.as_deref(), &name, |_| Ok(new))?)
+            ok(store.update_with(&res, ns.as_deref(), &name, |cur| {
+                uid_precondition(&res, ns.as_deref(), &name, &new, cur)?;
+                Ok(new)
+            })?)
         }
         ("PATCH", Target::Item { res, ns, name }) => {
             let kind = PatchKind::from_content_type(content_type)?;
@@ -355,6 +358,14 @@ fn dispatch(
                     Some(k) => patch::apply(k, cur, body)?,
                     None => parse_body(content_type, body)?,
                 };
+                match kind {
+                    Some(_) => {
+                        if let Some(u) = other_uid(&new, cur) {
+                            return Err(ApiError::uid_immutable(&res, &name, u));
+                        }
+                    }
+                    None => uid_precondition(&res, ns.as_deref(), &name, &new, cur)?,
+                }
                 let mut out = cur.clone();
                 out["status"] = new.get("status").cloned().unwrap_or(Value::Null);
                 if let Some(rv) = new.pointer("/metadata/resourceVersion") {
@@ -486,6 +497,36 @@ fn delete_options(
     })
 }
 
+/// The `metadata.uid` of `new` when it names another object than `cur`.
+fn other_uid<'a>(new: &'a Value, cur: &Value) -> Option<&'a str> {
+    let u = new.pointer("/metadata/uid").and_then(Value::as_str)?;
+    (!u.is_empty() && Some(u) != cur.pointer("/metadata/uid").and_then(Value::as_str)).then_some(u)
+}
+
+/// An update's body UID is a storage precondition (`rest.DefaultUpdatedObjectInfo`):
+/// it must name the stored object.
+fn uid_precondition(
+    res: &Resource,
+    ns: Option<&str>,
+    name: &str,
+    new: &Value,
+    cur: &Value,
+) -> Result<(), ApiError> {
+    match other_uid(new, cur) {
+        Some(u) => Err(ApiError::storage_precondition_failed(
+            res,
+            ns,
+            name,
+            PreconditionField::Uid,
+            u,
+            cur.pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or(""),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Marks the pod `PodScheduled=True`, as the registry's `assignPod` does on bind.
 fn set_pod_scheduled(pod: &mut Value) {
     if !pod.get("status").is_some_and(Value::is_object) {
@@ -539,15 +580,25 @@ fn bind(
         .pointer("/metadata/annotations")
         .and_then(Value::as_object)
         .cloned();
+    let rv = s("/metadata/resourceVersion");
     store.update_with(&resources::PODS, ns, &name, |cur| {
+        // Preconditions first, as the storage layer checks them before the update.
+        let stored = |f: &str| cur.pointer(f).and_then(Value::as_str).unwrap_or("");
+        for (wanted, field, at) in [
+            (&uid, PreconditionField::Uid, "/metadata/uid"),
+            (&rv, PreconditionField::ResourceVersion, "/metadata/resourceVersion"),
+        ] {
+            if !wanted.is_empty() && wanted != stored(at) {
+                return Err(ApiError::storage_precondition_failed(
+                    &resources::PODS, ns, &name, field, wanted, stored(at),
+                ));
+            }
+        }
         let bound = cur.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or("");
         if !bound.is_empty() {
             return Err(ApiError::Conflict {
                 message: format!("Operation cannot be fulfilled on pods/binding \"{name}\": pod {name} is already assigned to node \"{bound}\""),
             });
-        }
-        if !uid.is_empty() && cur.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
-            return Err(ApiError::conflict("pods", &name));
         }
         let mut out = cur.clone();
         if !out.get("spec").is_some_and(Value::is_object) {

@@ -3,6 +3,15 @@
 
 use serde_json::{Value, json};
 
+use crate::resources::Resource;
+
+/// Which precondition of a delete failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreconditionField {
+    Uid,
+    ResourceVersion,
+}
+
 /// An API error as the API server reports it (HTTP code + `Status.reason`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApiError {
@@ -44,6 +53,33 @@ pub enum ApiError {
         reason: String,
         message: String,
     },
+    /// A Status whose `details` name the object (and, for `Invalid`, the causes), as
+    /// the real server sends for precondition failures.
+    #[error("{message}")]
+    Detailed {
+        code: u16,
+        reason: &'static str,
+        message: String,
+        details: Value,
+    },
+}
+
+/// `schema.GroupResource.String()`: `pods`, `deployments.apps`.
+fn qualified(group: &str, name: &str) -> String {
+    if group.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}.{group}")
+    }
+}
+
+/// `metav1.StatusDetails` for `name` of `kind` in `group` (group left out when empty).
+fn details(group: &str, kind: &str, name: &str) -> Value {
+    let mut d = json!({"name": name, "kind": kind});
+    if !group.is_empty() {
+        d["group"] = group.into();
+    }
+    d
 }
 
 impl ApiError {
@@ -76,6 +112,79 @@ impl ApiError {
         }
     }
 
+    /// An update or Binding whose precondition (the body's `metadata.uid`, or a
+    /// Binding's `metadata.resourceVersion`) does not hold for the object stored under
+    /// `name`: the storage layer's check (`storage.Preconditions.Check`), turned into a
+    /// Conflict by `InterpretUpdateError`, word for word.
+    pub fn storage_precondition_failed(
+        res: &Resource,
+        namespace: Option<&str>,
+        name: &str,
+        field: PreconditionField,
+        wanted: &str,
+        stored: &str,
+    ) -> Self {
+        let key = match namespace.filter(|_| res.namespaced) {
+            Some(ns) => format!("/registry/{}/{ns}/{name}", res.plural),
+            None => format!("/registry/{}/{name}", res.plural),
+        };
+        let what = match field {
+            PreconditionField::Uid => "UID",
+            PreconditionField::ResourceVersion => "ResourceVersion",
+        };
+        let resource = qualified(res.group, res.plural);
+        Self::Detailed {
+            code: 409,
+            reason: "Conflict",
+            message: format!(
+                "Operation cannot be fulfilled on {resource} \"{name}\": StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {stored}"
+            ),
+            details: details(res.group, res.plural, name),
+        }
+    }
+
+    /// A delete whose preconditions (`uid` or `resourceVersion`) do not hold: the check
+    /// `rest.BeforeDelete` makes, word for word (it names the kind, not the resource).
+    pub fn delete_precondition_failed(
+        res: &Resource,
+        name: &str,
+        field: PreconditionField,
+        wanted: &str,
+        stored: &str,
+    ) -> Self {
+        let kind = qualified(res.group, res.kind);
+        let detail = match field {
+            PreconditionField::Uid => format!(
+                "the UID in the precondition ({wanted}) does not match the UID in record ({stored}). The object might have been deleted and then recreated"
+            ),
+            PreconditionField::ResourceVersion => format!(
+                "the ResourceVersion in the precondition ({wanted}) does not match the ResourceVersion in record ({stored}). The object might have been modified"
+            ),
+        };
+        Self::Detailed {
+            code: 409,
+            reason: "Conflict",
+            message: format!("Operation cannot be fulfilled on {kind} \"{name}\": {detail}"),
+            details: details(res.group, res.kind, name),
+        }
+    }
+
+    /// A patch that would change `metadata.uid` (how a UID in a merge or strategic
+    /// patch acts as a precondition): update validation's immutable-field error.
+    pub fn uid_immutable(res: &Resource, name: &str, value: &str) -> Self {
+        let kind = qualified(res.group, res.kind);
+        let cause = format!("Invalid value: \"{value}\": field is immutable");
+        let mut d = details(res.group, res.kind, name);
+        d["causes"] =
+            json!([{"reason": "FieldValueInvalid", "message": cause, "field": "metadata.uid"}]);
+        Self::Detailed {
+            code: 422,
+            reason: "Invalid",
+            message: format!("{kind} \"{name}\" is invalid: metadata.uid: {cause}"),
+            details: d,
+        }
+    }
+
     /// HTTP status code.
     pub fn code(&self) -> u16 {
         match self {
@@ -91,7 +200,7 @@ impl ApiError {
             Self::Timeout { .. } => 504,
             Self::Forbidden { .. } => 403,
             Self::NotAcceptable { .. } => 406,
-            Self::Other { code, .. } => *code,
+            Self::Other { code, .. } | Self::Detailed { code, .. } => *code,
         }
     }
 
@@ -113,6 +222,7 @@ impl ApiError {
             Self::Forbidden { .. } => "Forbidden",
             Self::NotAcceptable { .. } => "NotAcceptable",
             Self::Other { reason, .. } => reason,
+            Self::Detailed { reason, .. } => reason,
         }
     }
 
@@ -127,6 +237,9 @@ impl ApiError {
             "reason": self.reason(),
             "code": self.code(),
         });
+        if let Self::Detailed { details, .. } = self {
+            status["details"] = details.clone();
+        }
         // The real server leaves `reason` out when it has none (StatusReasonUnknown).
         if self.reason().is_empty()
             && let Some(m) = status.as_object_mut()

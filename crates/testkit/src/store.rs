@@ -372,8 +372,9 @@ impl Store {
 
     /// Replaces an object with `f(current)` under optimistic concurrency: a
     /// non-empty `metadata.resourceVersion` in the result that differs from the
-    /// stored one is a 409 Conflict. Identity fields are kept; a no-op change
-    /// does not bump the resourceVersion (as the real server).
+    /// stored one is a 409 Conflict, a non-empty `metadata.uid` that differs a 422
+    /// (the field is immutable). Identity fields are kept; a no-op change does not
+    /// bump the resourceVersion (as the real server).
     pub fn update_with(
         &self,
         res: &Resource,
@@ -410,10 +411,13 @@ impl Store {
         if meta(&new, "resourceVersion").is_some_and(|rv| !rv.is_empty() && rv != cur_rv) {
             return Err(ApiError::conflict(res.plural, name));
         }
-        if meta(&new, "uid")
-            .is_some_and(|u| !u.is_empty() && Some(&u) != meta(&cur, "uid").as_ref())
+        // A UID in the new object that is not the stored one fails update validation
+        // (immutable field): how a UID in a patch acts as a precondition. Updates (PUT)
+        // check theirs as a storage precondition first, in `f`.
+        if let Some(u) =
+            meta(&new, "uid").filter(|u| !u.is_empty() && Some(u) != meta(&cur, "uid").as_ref())
         {
-            return Err(ApiError::conflict(res.plural, name));
+            return Err(ApiError::uid_immutable(res, name, &u));
         }
         let cm = cur.get("metadata").cloned().unwrap_or_default();
         let generation = cm.get("generation").and_then(Value::as_i64).unwrap_or(1);

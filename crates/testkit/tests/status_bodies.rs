@@ -255,3 +255,197 @@ async fn injected_timeout_is_a_504_status() {
     assert_status(&got, 504, "Timeout");
     assert_eq!(server.faults().requests()[0].verb, "list");
 }
+
+#[tokio::test]
+async fn injected_refusal_is_a_403_status_and_hooks_run_once_before_their_request() {
+    let server = ApiServer::start().await.unwrap();
+    server
+        .faults()
+        .set_error_rate("watch", 1.0, hami_testkit::Fault::Forbidden);
+    let got = raw(
+        &server,
+        "GET",
+        "/api/v1/pods?watch=1",
+        "application/json",
+        b"",
+    )
+    .await;
+    assert_status(&got, 403, "Forbidden");
+    server.faults().clear();
+
+    let json = "application/json";
+    let pods = "/api/v1/namespaces/default/pods";
+    raw(&server, "POST", pods, json, br#"{"metadata":{"name":"a"}}"#).await;
+    let store = server.store().clone();
+    server.faults().before_next("patch", "/pods/a", move || {
+        let pods = &hami_testkit::resources::PODS;
+        let pre = hami_testkit::store::Preconditions::default();
+        store.delete(pods, Some("default"), "a", &pre).unwrap();
+    });
+    // Not a patch of /pods/a: the hook waits.
+    assert_eq!(
+        raw(&server, "GET", &format!("{pods}/a"), json, b"").await.0,
+        200
+    );
+    let patch = br#"{"metadata":{"labels":{"x":"y"}}}"#;
+    let merge = "application/merge-patch+json";
+    let gone = raw(&server, "PATCH", &format!("{pods}/a"), merge, patch).await;
+    assert_status(&gone, 404, "NotFound");
+    // Ran once: the next patch of a new `a` goes through.
+    raw(&server, "POST", pods, json, br#"{"metadata":{"name":"a"}}"#).await;
+    assert_eq!(
+        raw(&server, "PATCH", &format!("{pods}/a"), merge, patch)
+            .await
+            .0,
+        200
+    );
+}
+
+/// POSTs `binding` to the Binding subresource of pod `item`.
+async fn post_binding(server: &ApiServer, item: &str, binding: &str) -> (u16, Value) {
+    let path = format!("{item}/binding");
+    raw(
+        server,
+        "POST",
+        &path,
+        "application/json",
+        binding.as_bytes(),
+    )
+    .await
+}
+
+/// Writes naming the UID of a pod that was deleted and re-created under the same name,
+/// answered word for word as kube-apiserver answers them.
+#[tokio::test]
+async fn uid_preconditions_fail_as_kube_apiserver_fails_them() {
+    let server = ApiServer::start().await.unwrap();
+    let json = "application/json";
+    let pods = "/api/v1/namespaces/default/pods";
+    let created = raw(
+        &server,
+        "POST",
+        pods,
+        json,
+        br#"{"metadata":{"name":"web-0"}}"#,
+    )
+    .await;
+    let uid = created.1["metadata"]["uid"].as_str().unwrap().to_string();
+    let rv = created.1["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let item = format!("{pods}/web-0");
+    let dead = "0a7f3c5e-dead-4bee-8000-000000000001";
+
+    // Merge and strategic patches: `metadata.uid` is immutable (422 Invalid).
+    for ctype in [
+        "application/merge-patch+json",
+        "application/strategic-merge-patch+json",
+    ] {
+        let body = format!(r#"{{"metadata":{{"uid":"{dead}","annotations":{{"a":"b"}}}}}}"#);
+        let got = raw(&server, "PATCH", &item, ctype, body.as_bytes()).await;
+        assert_status(&got, 422, "Invalid");
+        assert_eq!(
+            got.1["message"],
+            format!(
+                "Pod \"web-0\" is invalid: metadata.uid: Invalid value: \"{dead}\": field is immutable"
+            )
+        );
+        assert_eq!(
+            got.1["details"],
+            serde_json::json!({"name": "web-0", "kind": "Pod", "causes": [{
+                "reason": "FieldValueInvalid",
+                "message": format!("Invalid value: \"{dead}\": field is immutable"),
+                "field": "metadata.uid"
+            }]})
+        );
+    }
+    // The status subresource too.
+    let body = format!(r#"{{"metadata":{{"uid":"{dead}"}},"status":{{"phase":"Running"}}}}"#);
+    let got = raw(
+        &server,
+        "PATCH",
+        &format!("{item}/status"),
+        "application/merge-patch+json",
+        body.as_bytes(),
+    )
+    .await;
+    assert_status(&got, 422, "Invalid");
+    // The right UID is no obstacle.
+    let body = format!(r#"{{"metadata":{{"uid":"{uid}","annotations":{{"a":"b"}}}}}}"#);
+    let got = raw(
+        &server,
+        "PATCH",
+        &item,
+        "application/merge-patch+json",
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(got.0, 200, "{}", got.1);
+
+    // Updates: the body's UID is a storage precondition (409 Conflict).
+    let storage = |what: &str, wanted: &str, stored: &str| {
+        format!(
+            "Operation cannot be fulfilled on pods \"web-0\": StorageError: invalid object, Code: 4, Key: /registry/pods/default/web-0, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: {what} in precondition: {wanted}, {what} in object meta: {stored}"
+        )
+    };
+    let body = format!(r#"{{"metadata":{{"name":"web-0","uid":"{dead}"}}}}"#);
+    let got = raw(&server, "PUT", &item, json, body.as_bytes()).await;
+    assert_status(&got, 409, "Conflict");
+    assert_eq!(got.1["message"], storage("UID", dead, &uid));
+    assert_eq!(
+        got.1["details"],
+        serde_json::json!({"name": "web-0", "kind": "pods"})
+    );
+
+    // Bindings: the same storage precondition, for the UID and the resourceVersion.
+    let binding =
+        format!(r#"{{"metadata":{{"name":"web-0","uid":"{dead}"}},"target":{{"name":"n1"}}}}"#);
+    let got = post_binding(&server, &item, &binding).await;
+    assert_status(&got, 409, "Conflict");
+    assert_eq!(got.1["message"], storage("UID", dead, &uid));
+    let current = raw(&server, "GET", &item, json, b"").await.1["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let binding = format!(
+        r#"{{"metadata":{{"name":"web-0","uid":"{uid}","resourceVersion":"{rv}"}},"target":{{"name":"n1"}}}}"#
+    );
+    let got = post_binding(&server, &item, &binding).await;
+    assert_status(&got, 409, "Conflict");
+    assert_eq!(got.1["message"], storage("ResourceVersion", &rv, &current));
+
+    // Deletes: `rest.BeforeDelete`'s wording, which names the kind.
+    let body = format!(r#"{{"preconditions":{{"uid":"{dead}"}}}}"#);
+    let got = raw(&server, "DELETE", &item, json, body.as_bytes()).await;
+    assert_status(&got, 409, "Conflict");
+    assert_eq!(
+        got.1["message"],
+        format!(
+            "Operation cannot be fulfilled on Pod \"web-0\": the UID in the precondition ({dead}) does not match the UID in record ({uid}). The object might have been deleted and then recreated"
+        )
+    );
+    assert_eq!(
+        got.1["details"],
+        serde_json::json!({"name": "web-0", "kind": "Pod"})
+    );
+    let body = br#"{"preconditions":{"resourceVersion":"1"}}"#;
+    let got = raw(&server, "DELETE", &item, json, body).await;
+    assert_status(&got, 409, "Conflict");
+    assert_eq!(
+        got.1["message"],
+        format!(
+            "Operation cannot be fulfilled on Pod \"web-0\": the ResourceVersion in the precondition (1) does not match the ResourceVersion in record ({current}). The object might have been modified"
+        )
+    );
+    // The right UID binds, then deletes.
+    let binding =
+        format!(r#"{{"metadata":{{"name":"web-0","uid":"{uid}"}},"target":{{"name":"n1"}}}}"#);
+    let got = post_binding(&server, &item, &binding).await;
+    assert_eq!(got.0, 201, "{}", got.1);
+    let body = format!(r#"{{"preconditions":{{"uid":"{uid}"}},"gracePeriodSeconds":0}}"#);
+    assert_eq!(
+        raw(&server, "DELETE", &item, json, body.as_bytes()).await.0,
+        200
+    );
+}

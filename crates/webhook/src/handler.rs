@@ -127,7 +127,9 @@ impl Webhook {
             }
         };
         // A pod created with a namespace in the URL only: the review says which.
-        if pod.metadata.namespace.as_deref().is_none_or(str::is_empty) && !review.namespace().is_empty() {
+        if pod.metadata.namespace.as_deref().is_none_or(str::is_empty)
+            && !review.namespace().is_empty()
+        {
             pod.metadata.namespace = Some(review.namespace().to_string());
         }
         match self.rules.review(&pod) {

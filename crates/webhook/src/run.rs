@@ -1,11 +1,18 @@
-//! The serving mode: admission endpoint plus admin port, until shutdown.
+//! The serving mode: admission endpoint, admin port and (with TLS) the check of the
+//! served certificate's validity, each a supervised task until shutdown: one that stops
+//! unexpectedly turns `/readyz` not ready with the reason and is started again with
+//! backoff; one that keeps failing stops the process with an error.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hami_core::config::DeviceConfig;
 use hami_k8s::quotas::QuotaCache;
-use hami_server::admin::{AdminState, Readiness, serve_admin};
+use hami_server::admin::{AdminState, Readiness};
+use hami_server::certcheck::watch_certificate;
 use hami_server::device_config::load_device_config;
+use hami_server::listener::{Relistener, TakeOverError};
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, supervise_admin};
 use hami_server::{CancellationToken, TlsConfig, serve};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -28,10 +35,15 @@ pub enum RunError {
     #[error(transparent)]
     Tls(#[from] hami_server::tls::TlsError),
     #[error(transparent)]
-    Serve(#[from] hami_server::ServeError),
-    #[error(transparent)]
     Client(#[from] hami_k8s::client::ClientError),
+    #[error(transparent)]
+    Listener(#[from] TakeOverError),
+    #[error(transparent)]
+    GaveUp(#[from] GaveUp),
 }
+
+/// How often the served certificate's validity is checked.
+pub const CERTIFICATE_CHECK: Duration = Duration::from_secs(30);
 
 /// The rule configuration the flags describe.
 pub fn rule_config(args: &ServeArgs, devices: DeviceConfig) -> RuleConfig {
@@ -51,6 +63,10 @@ pub struct Service {
     pub tls: TlsConfig,
     pub rules: RuleConfig,
     pub body_limit: usize,
+    /// How often the served certificate's validity is checked ([`CERTIFICATE_CHECK`]).
+    pub certificate_check: Duration,
+    /// When a task that stopped is started again, and when the process gives up.
+    pub restart: RestartPolicy,
     /// Where to watch ResourceQuotas from, for the quota rule; `None`: no quota rule.
     pub quota_client: Option<kube::Client>,
 }
@@ -66,18 +82,18 @@ impl std::fmt::Debug for Service {
     }
 }
 
-/// Serves until `shutdown` is cancelled.
+/// Serves until `shutdown` is cancelled, or until a task keeps failing.
 pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
     let mut rules = Rules::new(svc.rules);
-    if let Some(client) = svc.quota_client {
-        // Watched in the background; until listed, the scheduler alone enforces quotas
-        // (readiness does not wait: the webhook must keep admitting pods).
+    let quota_watch = svc.quota_client.map(|client| {
         let quotas = QuotaCache::new(rules.registry());
-        tokio::spawn(quotas.clone().watch(client, || {}, shutdown.clone()));
         crate::metrics::register_quota_state(&mut registry, quotas.clone());
-        rules = rules.with_quotas(quotas);
+        (client, quotas)
+    });
+    if let Some((_, quotas)) = &quota_watch {
+        rules = rules.with_quotas(quotas.clone());
     }
     let readiness = Readiness::not_ready("loading TLS certificate");
     let admin = AdminState {
@@ -89,23 +105,35 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
         hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
     }
     let webhook = Webhook::new(rules, metrics, svc.body_limit);
-    let admin_task = tokio::spawn(serve_admin(svc.admin_listener, admin, shutdown.clone()));
-    readiness.set_ready();
-    let served = serve(
-        svc.listener,
-        svc.tls,
-        webhook.into_handler(),
-        shutdown.clone(),
-    )
-    .await;
-    // Whatever ended the main server ends the admin port too.
-    shutdown.cancel();
-    let admin_result = admin_task.await;
-    served?;
-    match admin_result {
-        Ok(r) => r?,
-        Err(e) => tracing::error!(error = %e, "admin server task failed"),
+    let mut sup = Supervisor::new(readiness.clone(), shutdown, svc.restart);
+    supervise_admin(&mut sup, Relistener::new(svc.admin_listener)?, admin);
+    if let Some((client, quotas)) = quota_watch {
+        // Until listed, the scheduler alone enforces quotas (readiness does not wait:
+        // the webhook must keep admitting pods).
+        sup.spawn("resourcequota watch", move |stop| {
+            quotas.clone().watch(client.clone(), || {}, stop)
+        });
     }
+    let listener = Relistener::new(svc.listener)?;
+    let (tls, handler) = (svc.tls.clone(), webhook.into_handler());
+    sup.spawn("webhook server", move |stop| {
+        let (tls, handler) = (tls.clone(), handler.clone());
+        let listener = listener.tokio();
+        async move {
+            let listener = listener.map_err(|e| format!("listener: {e}"))?;
+            serve(listener, tls, handler, stop)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    });
+    if let TlsConfig::Files { cert, key } = svc.tls {
+        let (r, every) = (readiness.clone(), svc.certificate_check);
+        sup.spawn("certificate check", move |stop| {
+            watch_certificate(cert.clone(), key.clone(), r.clone(), every, stop)
+        });
+    }
+    readiness.set_ready();
+    sup.run().await?;
     Ok(())
 }
 
@@ -153,6 +181,8 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
             tls,
             rules,
             body_limit: args.max_body_bytes,
+            certificate_check: CERTIFICATE_CHECK,
+            restart: RestartPolicy::default(),
             quota_client,
         },
         shutdown,

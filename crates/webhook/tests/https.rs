@@ -6,6 +6,7 @@ mod common;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use common::{container, patched, pod, review};
 use hami_server::test_support::{TestCa, http_request, https_request, request, write_atomically};
@@ -70,6 +71,8 @@ async fn start(body_limit: usize) -> Running {
             },
             rules: RuleConfig::default(),
             body_limit,
+            certificate_check: Duration::from_millis(50),
+            restart: hami_server::supervise::RestartPolicy::default(),
             quota_client: None,
         },
         shutdown.clone(),
@@ -232,6 +235,53 @@ async fn certificate_rotation_is_picked_up() {
     srv.stop().await;
 }
 
+impl Running {
+    /// Waits (bounded) until `/readyz` answers `status` with a text containing `text`.
+    async fn wait_ready(&self, status: StatusCode, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (got, body) = self.admin_get("/readyz").await;
+            if got == status && body.contains(text) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/readyz stayed {got} {body:?}, waiting for {status} {text:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The certificate check task: an expired certificate in the files (which the server
+/// serves, as it is a usable pair) turns `/readyz` not ready naming the file; a valid
+/// one makes it ready again; files that do not load leave the previous verdict.
+#[tokio::test]
+async fn readiness_follows_the_validity_of_the_served_certificate() {
+    let srv = start(1 << 20).await;
+    srv.wait_ready(StatusCode::OK, "ready").await;
+    let sans = ["hami-webhook.kube-system.svc"];
+    let old = srv.ca.expired_leaf("hami-webhook-old", &sans).unwrap();
+    write_atomically(&srv.key, old.key.as_bytes()).unwrap();
+    write_atomically(&srv.cert, old.cert.as_bytes()).unwrap();
+    let expected = format!(
+        "tls certificate: the certificate served from {} expired at 2001-01-01T00:00:00Z",
+        srv.cert.display()
+    );
+    srv.wait_ready(StatusCode::SERVICE_UNAVAILABLE, &expected)
+        .await;
+    // Garbage in the files: the expired pair stays in use, and so does the verdict.
+    write_atomically(&srv.cert, b"not a certificate").unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    srv.wait_ready(StatusCode::SERVICE_UNAVAILABLE, &expected)
+        .await;
+    let fresh = srv.ca.leaf("hami-webhook-new", &sans).unwrap();
+    write_atomically(&srv.key, fresh.key.as_bytes()).unwrap();
+    write_atomically(&srv.cert, fresh.cert.as_bytes()).unwrap();
+    srv.wait_ready(StatusCode::OK, "ready").await;
+    srv.stop().await;
+}
+
 #[tokio::test]
 async fn admin_port_reports_readiness_and_metrics() {
     let srv = start(4096).await;
@@ -292,6 +342,8 @@ async fn unusable_certificate_stops_startup_with_a_clear_error() {
             },
             rules: RuleConfig::default(),
             body_limit: 1024,
+            certificate_check: hami_webhook::run::CERTIFICATE_CHECK,
+            restart: hami_server::supervise::RestartPolicy::default(),
             quota_client: None,
         },
         CancellationToken::new(),

@@ -63,8 +63,7 @@ fn admit(w: &Webhook, object: Value) -> (Value, Outcome) {
 
 #[tokio::test]
 async fn a_pod_that_alone_exceeds_the_quota_is_refused_with_the_numbers() {
-    let (w, stop, _server) =
-        webhook_with_quota(json!({"limits.nvidia.com/gpumem": "8000"})).await;
+    let (w, stop, _server) = webhook_with_quota(json!({"limits.nvidia.com/gpumem": "8000"})).await;
     // 2 GPUs × 5000 MiB = 10000 > 8000.
     let (resp, outcome) = admit(
         &w,
@@ -94,8 +93,7 @@ async fn a_pod_that_alone_exceeds_the_quota_is_refused_with_the_numbers() {
 
 #[tokio::test]
 async fn other_namespaces_and_unlimited_resources_pass() {
-    let (w, stop, _server) =
-        webhook_with_quota(json!({"limits.nvidia.com/gpucores": "50"})).await;
+    let (w, stop, _server) = webhook_with_quota(json!({"limits.nvidia.com/gpucores": "50"})).await;
     // Cores: 2 × 30 = 60 > 50.
     let mut p = pod(vec![container(
         "c",

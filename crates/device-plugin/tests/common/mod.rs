@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +12,8 @@ use hami_device_plugin::{
     BackendError, BackendEvent, DeviceBackend, DeviceFilter, Metrics, PhysicalDevice, Plugin,
     PluginConfig, PluginStatus, VendorSpec, VgpuHookSettings,
 };
+use hami_server::admin::Readiness;
+use hami_server::supervise::{RestartPolicy, Supervisor};
 use hami_testkit::ApiServer;
 use hami_testkit::kubelet::{Kubelet, KubeletOptions};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -30,12 +33,19 @@ pub const WAIT: Duration = Duration::from_secs(15);
 pub struct ScriptedBackend {
     pub devices: Vec<PhysicalDevice>,
     events: Mutex<Option<mpsc::Sender<BackendEvent>>>,
+    /// How many times `watch` was called.
+    pub watches: AtomicUsize,
 }
 
 impl ScriptedBackend {
     pub async fn send(&self, event: BackendEvent) {
         let tx = self.events.lock().unwrap().clone().expect("watch started");
         tx.send(event).await.unwrap();
+    }
+
+    /// What a watch thread that died does: its side of the channel closes.
+    pub fn die(&self) {
+        self.events.lock().unwrap().take();
     }
 }
 
@@ -55,6 +65,7 @@ impl DeviceBackend for ScriptedBackend {
         _: CancellationToken,
     ) -> Result<(), BackendError> {
         *self.events.lock().unwrap() = Some(events);
+        self.watches.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }
@@ -80,6 +91,8 @@ pub struct Cluster {
     pub status: watch::Receiver<PluginStatus>,
     pub task: Option<JoinHandle<Result<(), hami_device_plugin::PluginError>>>,
     pub cfg: PluginConfig,
+    /// The readiness the plugin's supervisor reports on.
+    pub readiness: Readiness,
 }
 
 pub fn config(dir: &Path, hook: &Path) -> PluginConfig {
@@ -123,6 +136,33 @@ impl Cluster {
         devices: Vec<PhysicalDevice>,
         node_status: Value,
     ) -> Cluster {
+        Self::start_supervised(tweak, devices, node_status, RestartPolicy::default()).await
+    }
+
+    /// [`Cluster::start`], with tasks restarted fast and never given up on.
+    pub async fn start_patient() -> Cluster {
+        let patient = RestartPolicy {
+            initial_delay: Duration::from_millis(50),
+            max_delay: Duration::from_millis(200),
+            max_failures: 1_000,
+            window: Duration::from_secs(60),
+        };
+        Self::start_supervised(
+            |_| {},
+            vec![gpu("GPU-a", 0, 15360, 0), gpu("GPU-b", 1, 15360, 1)],
+            json!({}),
+            patient,
+        )
+        .await
+    }
+
+    /// [`Cluster::start_with`], the plugin's tasks supervised under `policy`.
+    pub async fn start_supervised(
+        tweak: impl FnOnce(&mut PluginConfig),
+        devices: Vec<PhysicalDevice>,
+        node_status: Value,
+        policy: RestartPolicy,
+    ) -> Cluster {
         let api = ApiServer::start().await.unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
         let node: Node = serde_json::from_value(json!({
@@ -156,7 +196,10 @@ impl Cluster {
         .unwrap();
         let status = plugin.status();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(plugin.run(shutdown.clone()));
+        let readiness = Readiness::ready();
+        let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), policy);
+        plugin.supervise(&mut sup);
+        let task = tokio::spawn(async move { sup.run().await.map_err(Into::into) });
         Cluster {
             api,
             client,
@@ -167,6 +210,7 @@ impl Cluster {
             status,
             task: Some(task),
             cfg,
+            readiness,
         }
     }
 
@@ -183,6 +227,25 @@ impl Cluster {
             "plugin did not register {times} time(s): {:?}",
             *self.status.borrow()
         );
+    }
+
+    /// Waits until the readiness the supervisor reports on satisfies `cond`.
+    pub async fn wait_readiness(
+        &self,
+        cond: impl Fn(&Result<(), String>) -> bool,
+    ) -> Result<(), String> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let r = self.readiness.check();
+            if cond(&r) {
+                return r;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "readiness stayed {r:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     /// Registered and kubelet sees `healthy` healthy replicas.

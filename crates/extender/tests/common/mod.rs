@@ -10,9 +10,11 @@ use hami_core::codec::encode_node_register_json;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
 use hami_core::model::DeviceInfo;
-use hami_scheduler::run::{Service, serve_service};
+use hami_scheduler::leader::LeaseRef;
+use hami_scheduler::run::{RunError, Service, serve_service};
 use hami_scheduler::service::Settings;
 use hami_scheduler::wire::{ExtenderBindingResult, ExtenderFilterResult};
+use hami_server::supervise::RestartPolicy;
 use hami_server::test_support::{http_request, request};
 use hami_server::{CancellationToken, TlsConfig};
 use hami_testkit::ApiServer;
@@ -33,6 +35,9 @@ pub struct Knobs {
     pub handshake_timeout: Duration,
     pub defaults: SchedulerDefaults,
     pub legacy_metrics: bool,
+    pub restart: RestartPolicy,
+    /// Run as with `--leader-elect` (other replicas may bind too).
+    pub leader_elect: bool,
 }
 
 impl Default for Knobs {
@@ -45,6 +50,8 @@ impl Default for Knobs {
             handshake_timeout: Duration::from_secs(60),
             defaults: SchedulerDefaults::default(),
             legacy_metrics: false,
+            restart: RestartPolicy::default(),
+            leader_elect: false,
         }
     }
 }
@@ -53,13 +60,45 @@ pub struct Extender {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
     shutdown: CancellationToken,
-    task: JoinHandle<()>,
+    task: JoinHandle<Result<(), RunError>>,
 }
 
 impl Extender {
     pub async fn stop(self) {
         self.shutdown.cancel();
-        let _ = self.task.await;
+        self.task.await.unwrap().unwrap();
+    }
+
+    /// How the service ended on its own (bounded wait).
+    pub async fn ended(self) -> Result<(), RunError> {
+        tokio::time::timeout(Duration::from_secs(30), self.task)
+            .await
+            .expect("the extender did not stop")
+            .unwrap()
+    }
+
+    /// `/readyz`: status and text.
+    pub async fn readyz(&self) -> (u16, String) {
+        let r = http_request(self.admin, request("GET", "/readyz", "").unwrap())
+            .await
+            .unwrap();
+        (r.status.as_u16(), r.text())
+    }
+
+    /// Waits (bounded) until `/readyz` answers `status` with a text containing `text`.
+    pub async fn wait_readyz(&self, status: u16, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (got, body) = self.readyz().await;
+            if got == status && body.contains(text) {
+                return body;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "/readyz stayed {got} {body:?}, waiting for {status} {text:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
@@ -144,15 +183,17 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         node_label_selector: None,
         registry_interval: knobs.registry_interval,
         handshake_timeout: knobs.handshake_timeout,
-        leader_lease: None,
+        leader_lease: knobs.leader_elect.then(|| LeaseRef {
+            namespace: "kube-system".into(),
+            name: "hami-scheduler".into(),
+            identity: "hami-scheduler-0".into(),
+        }),
         legacy_metrics: knobs.legacy_metrics,
         dedicated_http_thread: true,
+        restart: knobs.restart,
     };
     let shutdown = CancellationToken::new();
-    let token = shutdown.clone();
-    let task = tokio::spawn(async move {
-        serve_service(svc, client, token).await.unwrap();
-    });
+    let task = tokio::spawn(serve_service(svc, client, shutdown.clone()));
     let ext = Extender {
         addr,
         admin,
@@ -277,10 +318,10 @@ impl Cluster {
 
     /// What the device plugin does after Allocate: bind-phase success, lock released.
     pub async fn finish_allocation(&self, name: &str, node: &str) {
+        let pod = self.pods().get(name).await.unwrap();
         hami_k8s::patch::patch_pod(
             &self.client,
-            "default",
-            name,
+            hami_k8s::patch::PodRef::of(&pod),
             &hami_k8s::patch::MetadataPatch::new().annotate("hami.io/bind-phase", "success"),
         )
         .await

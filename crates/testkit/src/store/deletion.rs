@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{Event, EventType, Inner, Key, Preconditions, Store, meta, meta_mut, timestamp_in};
 use crate::resources::{self, Resource};
-use crate::status::ApiError;
+use crate::status::{ApiError, PreconditionField};
 
 /// The pod grace period when neither the pod nor the request sets one.
 const DEFAULT_GRACE_SECONDS: i64 = 30;
@@ -129,12 +129,20 @@ impl Store {
             .cloned()
             .ok_or_else(|| ApiError::not_found(res.plural, name))?;
         let pre = &opts.preconditions;
-        let failed = |want: &Option<String>, f: &str| {
-            want.as_ref()
-                .is_some_and(|w| Some(w) != meta(&cur, f).as_ref())
-        };
-        if failed(&pre.uid, "uid") || failed(&pre.resource_version, "resourceVersion") {
-            return Err(ApiError::conflict(res.plural, name));
+        for (wanted, field, key) in [
+            (&pre.uid, PreconditionField::Uid, "uid"),
+            (
+                &pre.resource_version,
+                PreconditionField::ResourceVersion,
+                "resourceVersion",
+            ),
+        ] {
+            let stored = meta(&cur, key).unwrap_or_default();
+            if let Some(w) = wanted.as_ref().filter(|w| **w != stored) {
+                return Err(ApiError::delete_precondition_failed(
+                    res, name, field, w, &stored,
+                ));
+            }
         }
         let grace = grace_for(res, &cur, opts.grace_period_seconds);
         match pending_grace(&cur) {

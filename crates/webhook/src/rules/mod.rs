@@ -139,7 +139,6 @@ impl Rules {
         self
     }
 
-
     pub fn config(&self) -> &RuleConfig {
         &self.cfg
     }
