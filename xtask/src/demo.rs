@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::time::Instant;
 
 use anyhow::Context;
+use hami_e2e::quota::{self, QuotaOutcome};
 use hami_e2e::scenario::{self, Example, RunOutcome};
 use hami_e2e::{ClusterSpec, DemoCluster};
 use serde_json::{Value, json};
@@ -19,14 +20,16 @@ pub async fn run(as_json: bool) -> anyhow::Result<bool> {
     let ready = started.elapsed();
     let examples = scenario::demo_examples();
     let outcome = scenario::run(&cluster, &examples).await;
+    let quota = quota::run(&cluster).await;
     let api = cluster.api().url();
     let extender = cluster.extender_addr();
     let shutdown = cluster.shutdown().await;
-    let mut ok = outcome.ok();
+    let mut ok = outcome.ok() && quota.ok();
     let mut problems: Vec<String> = outcome
         .problems
         .iter()
         .map(|(pod, p)| format!("{pod}: {p}"))
+        .chain(quota.problems.iter().map(|p| format!("resourcequota: {p}")))
         .collect();
     if let Err(e) = shutdown {
         ok = false;
@@ -34,13 +37,13 @@ pub async fn run(as_json: bool) -> anyhow::Result<bool> {
     }
     let elapsed = started.elapsed();
     if as_json {
-        let doc = json_document(&spec, &examples, &outcome, &problems, ok, elapsed);
+        let doc = json_document(&spec, &examples, &outcome, &quota, &problems, ok, elapsed);
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!(
             "{}",
             text(
-                &spec, &examples, &outcome, &problems, ok, &api, extender, ready, elapsed
+                &spec, &examples, &outcome, &quota, &problems, ok, &api, extender, ready, elapsed
             )
         );
     }
@@ -51,6 +54,7 @@ fn json_document(
     spec: &ClusterSpec,
     examples: &[Example],
     outcome: &RunOutcome,
+    quota: &QuotaOutcome,
     problems: &[String],
     ok: bool,
     elapsed: std::time::Duration,
@@ -110,6 +114,7 @@ fn json_document(
         "pods": pods,
         "gpus": outcome.report.gpus,
         "usage": outcome.usage,
+        "resource_quota": quota,
         "violations": outcome.report.violations,
         "problems": problems,
     })
@@ -120,6 +125,7 @@ fn text(
     spec: &ClusterSpec,
     examples: &[Example],
     outcome: &RunOutcome,
+    quota: &QuotaOutcome,
     problems: &[String],
     ok: bool,
     api: &str,
@@ -195,6 +201,7 @@ fn text(
     let _ = writeln!(out);
     out.push_str(&outcome.report.render_text());
     out.push_str(&outcome.usage.render_text());
+    out.push_str(&quota.render_text());
     let running = outcome
         .report
         .pods
@@ -205,7 +212,7 @@ fn text(
     if ok {
         let _ = writeln!(
             out,
-            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended); {:.1}s in all.",
+            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended), and the namespace quota refused what it must; {:.1}s in all.",
             examples.len(),
             elapsed.as_secs_f64()
         );

@@ -11,13 +11,14 @@ use crate::annotations as keys;
 use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
 use crate::codec::{CodecError, encode_pod_single_device};
 use crate::fit::{
-    FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
+    DeviceWork, FitFailure, FitScratch, FitSettings, Pick, Placed, PodSoFar, container_device,
     enough_devices_pass, fit_container_into,
 };
 use crate::frag::live::{FragModel, free_share};
 use crate::ledger::{Ledger, NodeInventory, NodeState};
 use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
+use crate::quota::QuotaBudget;
 use crate::reason::NODE_UNREGISTERED;
 use crate::request::{ContainerKind, PodRequests, RequestError};
 use crate::score::Usage;
@@ -54,7 +55,9 @@ pub struct PodPlan {
     pub weights: ScoringWeights,
     /// Per vendor key.
     pub constraints: BTreeMap<String, DeviceConstraints>,
-    /// Per vendor key; absent = unlimited.
+    /// Per vendor key: the namespace's ResourceQuota budget; absent = unlimited. Set by
+    /// the caller, who knows the namespace's limits and use
+    /// (`docs/protocol.md#resourcequota`).
     pub quota: BTreeMap<String, QuotaBudget>,
     /// Vendor keys the pod asks for, sorted.
     pub vendor_keys: Vec<String>,
@@ -135,13 +138,6 @@ pub struct NodeFit {
     pub inventory: Arc<NodeInventory>,
 }
 
-/// One container's picks on one vendor's devices of a node.
-#[derive(Debug, Clone, Copy)]
-struct Placed {
-    container: usize,
-    pick: Pick,
-}
-
 /// Buffers reused while one pod is evaluated against many nodes.
 #[derive(Debug, Default)]
 struct Scratch {
@@ -149,10 +145,13 @@ struct Scratch {
     /// Per vendor of the plan: working usage of the current node.
     work: Vec<Vec<Usage>>,
     init_work: Vec<Usage>,
+    /// Per vendor of the plan: HAMi's device list order on the current node
+    /// ([`crate::policy::DeviceKeys::rank`]).
+    ranks: Vec<Vec<u32>>,
+    init_ranks: Vec<u32>,
     container_picks: Vec<Pick>,
     /// Per vendor of the plan: its group on the current node.
     groups: Vec<Option<usize>>,
-    totals: Vec<PodTotals>,
     /// Per vendor of the plan: picks on the current node.
     picks: Vec<Vec<Placed>>,
     best: Vec<Vec<Placed>>,
@@ -182,6 +181,9 @@ struct Step<'p> {
     vi: usize,
     req: &'p ContainerDeviceRequest,
     settings: FitSettings<'p>,
+    /// A later app container asks for this vendor too: it sees the device order this
+    /// container's sort leaves.
+    keep_order: bool,
 }
 
 /// Constraints of a vendor the pod sets none for.
@@ -216,14 +218,21 @@ fn compile<'p>(
                     constraints,
                     policy: &plan.gpu_policy,
                     weights: &plan.weights,
-                    quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
+                    quota: plan.quota.get(vendor_key),
                     frag: plan.frag.as_deref().filter(|_| plan.gpu_policy.frag),
                     custom_capacity: vendor.custom_capacity(),
                     node_check: vendor.checks_node(),
                     vendor_choice: vendor.may_choose_devices(),
                 },
+                keep_order: false,
             });
         }
+    }
+    // HAMi sorts one device list in place for every container; regular init containers
+    // are fitted on copies, so only app containers (and sidecars) pass an order on.
+    for i in 0..steps.len() {
+        let vi = steps[i].vi;
+        steps[i].keep_order = !steps[i].init && steps[i + 1..].iter().any(|t| t.vi == vi);
     }
     Ok(steps)
 }
@@ -237,17 +246,20 @@ fn fit_node_compact(
 ) -> Result<f32, FitFailure> {
     let vendors = &plan.vendor_keys;
     scratch.work.resize_with(vendors.len(), Vec::new);
+    scratch.ranks.resize_with(vendors.len(), Vec::new);
     scratch.picks.resize_with(vendors.len(), Vec::new);
     scratch.groups.clear();
-    scratch.totals.clear();
-    scratch.totals.resize(vendors.len(), PodTotals::default());
     for (vi, key) in vendors.iter().enumerate() {
         let group = node.group(key);
         scratch.groups.push(group);
         scratch.picks[vi].clear();
         scratch.work[vi].clear();
+        scratch.ranks[vi].clear();
         if let Some(g) = group {
-            scratch.work[vi].extend_from_slice(node.group_usage(g));
+            let usage = node.group_usage(g);
+            scratch.work[vi].extend_from_slice(usage);
+            // Registration order, before the pod's first container is sorted.
+            scratch.ranks[vi].extend(0..usage.len() as u32);
         }
     }
     for step in steps {
@@ -255,26 +267,42 @@ fn fit_node_compact(
         let set = scratch.groups[vi]
             .and_then(|g| node.device_set(g))
             .ok_or(FitFailure::InsufficientDevices)?;
+        let pod = PodSoFar {
+            container: step.container,
+            kinds: &plan.kinds,
+            placed: &scratch.picks[vi],
+            keep_order: step.keep_order,
+        };
         if step.init {
+            // Fitted apart: the init container's picks and order do not stay.
             scratch.init_work.clear();
             scratch.init_work.extend_from_slice(&scratch.work[vi]);
-            let mut init_totals = scratch.totals[vi];
+            scratch.init_ranks.clear();
+            scratch.init_ranks.extend_from_slice(&scratch.ranks[vi]);
+            let mut work = DeviceWork {
+                usage: &mut scratch.init_work,
+                rank: &mut scratch.init_ranks,
+            };
             fit_container_into(
                 set,
-                &mut scratch.init_work,
+                &mut work,
                 step.req,
                 step.settings,
-                &mut init_totals,
+                pod,
                 &mut scratch.fit,
                 &mut scratch.container_picks,
             )?;
         } else {
+            let mut work = DeviceWork {
+                usage: &mut scratch.work[vi],
+                rank: &mut scratch.ranks[vi],
+            };
             fit_container_into(
                 set,
-                &mut scratch.work[vi],
+                &mut work,
                 step.req,
                 step.settings,
-                &mut scratch.totals[vi],
+                pod,
                 &mut scratch.fit,
                 &mut scratch.container_picks,
             )?;
@@ -341,7 +369,7 @@ fn materialize(
     NodeFit {
         score,
         devices,
-        inventory: node.inventory_arc(),
+        inventory: node.shared_inventory().clone(),
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::accounting::{DeviceCharge, collapse};
+use crate::accounting::{DeviceCharge, collapse_vendor};
 use crate::annotations as keys;
 use crate::codec::topology::PairScores;
 use crate::codec::{
@@ -19,6 +19,7 @@ use crate::codec::{
 use crate::fit::{DeviceFacts, DeviceSet};
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::pod;
+use crate::quota::NamespaceUse;
 use crate::request::ContainerKind;
 use crate::score::{Usage, node_score};
 use crate::vendor::{NodeView, VendorRegistry};
@@ -210,7 +211,7 @@ impl PodRecord {
                     annotation: v.allocated_annotation().to_string(),
                     error: Box::new(error),
                 })?;
-            charges.extend(collapse(&devices, &kinds));
+            charges.extend(collapse_vendor(v.common_word(), &devices, &kinds));
         }
         Ok(Some(PodRecord {
             uid: uid.into(),
@@ -235,7 +236,10 @@ impl PodRecord {
             namespace: namespace.into(),
             name: name.into(),
             node: node.into(),
-            charges: devices.values().flat_map(|d| collapse(d, kinds)).collect(),
+            charges: devices
+                .iter()
+                .flat_map(|(vendor, d)| collapse_vendor(vendor, d, kinds))
+                .collect(),
         }
     }
 }
@@ -357,9 +361,9 @@ impl NodeState {
         &self.inventory
     }
 
-    /// The inventory, shared.
-    pub fn inventory_arc(&self) -> Arc<NodeInventory> {
-        self.inventory.clone()
+    /// The inventory itself, shared: a copy that costs one reference count.
+    pub fn shared_inventory(&self) -> &Arc<NodeInventory> {
+        &self.inventory
     }
 
     /// The vendor's devices and their usage, if the node has any.
@@ -459,6 +463,8 @@ pub struct Ledger {
     interned: FxHashSet<Arc<str>>,
     /// Records removed since unused interned strings were last dropped.
     removed_since_prune: usize,
+    /// Per namespace, per vendor: what its pods hold, for ResourceQuota.
+    namespaces: FxHashMap<Arc<str>, FxHashMap<Arc<str>, NamespaceUse>>,
 }
 
 /// Removals between two sweeps of interned strings nobody uses any more (deleted nodes
@@ -508,7 +514,9 @@ impl Ledger {
         record.node = self.intern(&record.node);
         for c in &mut record.charges {
             c.uuid = self.intern(&c.uuid);
+            c.vendor = self.intern(&c.vendor);
         }
+        self.charge_namespace(&record, true);
         // Records live as long as their pods; `extend` leaves room for four charges.
         record.charges.shrink_to_fit();
         let mut report = ApplyReport::default();
@@ -522,6 +530,64 @@ impl Ledger {
             .insert(record.uid.clone());
         self.pods.insert(record.uid.clone(), record);
         report
+    }
+
+    /// Adds (or removes) a record's charges to its namespace's use.
+    fn charge_namespace(&mut self, rec: &PodRecord, add: bool) {
+        if rec.charges.is_empty() {
+            return;
+        }
+        let vendors = self.namespaces.entry(rec.namespace.clone()).or_default();
+        for c in &rec.charges {
+            let u = vendors.entry(c.vendor.clone()).or_default();
+            if add {
+                u.memory = u.memory.saturating_add(c.mem);
+                u.cores = u.cores.saturating_add(c.cores);
+            } else {
+                u.memory = u.memory.saturating_sub(c.mem);
+                u.cores = u.cores.saturating_sub(c.cores);
+            }
+        }
+        if !add {
+            vendors.retain(|_, u| *u != NamespaceUse::default());
+            if vendors.is_empty() {
+                self.namespaces.remove(&rec.namespace);
+            }
+        }
+    }
+
+    /// What the namespace's pods hold of the vendor's devices (reservations included),
+    /// kept up to date as records come and go.
+    pub fn namespace_use(&self, namespace: &str, vendor: &str) -> NamespaceUse {
+        self.namespaces
+            .get(namespace)
+            .and_then(|v| v.get(vendor))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every namespace's use per vendor: (namespace, vendor, use).
+    pub fn namespace_uses(&self) -> impl Iterator<Item = (&str, &str, NamespaceUse)> {
+        self.namespaces
+            .iter()
+            .flat_map(|(ns, v)| v.iter().map(move |(vendor, u)| (&**ns, &**vendor, *u)))
+    }
+
+    /// Recomputes a namespace's use from the records; for tests that check the incremental
+    /// bookkeeping against the definition.
+    pub fn recomputed_namespace_use(&self, namespace: &str, vendor: &str) -> NamespaceUse {
+        let mut u = NamespaceUse::default();
+        for c in self
+            .pods
+            .values()
+            .filter(|r| &*r.namespace == namespace)
+            .flat_map(|r| &r.charges)
+            .filter(|c| &*c.vendor == vendor)
+        {
+            u.memory += c.mem;
+            u.cores += c.cores;
+        }
+        u
     }
 
     /// A shared copy of `s`: the same allocation for every record that names it.
@@ -546,6 +612,7 @@ impl Ledger {
         if let Some(node) = self.nodes.get_mut(&*rec.node) {
             node.charge(&rec.charges, false);
         }
+        self.charge_namespace(&rec, false);
         if let Some(set) = self.pods_by_node.get_mut(&rec.node) {
             set.remove(uid);
             if set.is_empty() {
@@ -562,6 +629,11 @@ impl Ledger {
 
     pub fn node(&self, name: &str) -> Option<&NodeState> {
         self.nodes.get(name)
+    }
+
+    /// Nodes in no particular order (cheaper than [`Ledger::nodes`]).
+    pub fn nodes_unordered(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
     }
 
     /// Nodes in name order.

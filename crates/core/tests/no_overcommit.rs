@@ -1,5 +1,6 @@
-//! Property: no sequence of placements and deletions ever over-commits a device, and
-//! the incremental ledger always equals a recomputation from its records.
+//! Property: no sequence of placements and deletions ever over-commits a device or a
+//! namespace's ResourceQuota, and the incremental ledger (device usage, namespace use)
+//! always equals a recomputation from its records.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,7 +10,8 @@ use common::*;
 use hami_core::engine::{PodPlan, SchedulerDefaults, place};
 use hami_core::ledger::{Ledger, PodRecord};
 use hami_core::model::DeviceInfo;
-use k8s_openapi::api::core::v1::Pod;
+use hami_core::quota::QuotaBook;
+use k8s_openapi::api::core::v1::{Pod, ResourceQuota};
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
@@ -140,8 +142,24 @@ proptest! {
     fn placements_never_overcommit(
         nodes in prop::collection::vec(prop::collection::vec(device(), 1..5), 1..4),
         ops in prop::collection::vec(op(), 1..40),
+        mem_quota in proptest::option::of(0u64..30_000),
+        core_quota in proptest::option::of(0u64..400),
     ) {
         let reg = registry();
+        let mut quotas = QuotaBook::new(&reg);
+        let mut hard = serde_json::Map::new();
+        if let Some(m) = mem_quota {
+            hard.insert("limits.nvidia.com/gpumem".into(), m.to_string().into());
+        }
+        if let Some(c) = core_quota {
+            hard.insert("limits.nvidia.com/gpucores".into(), c.to_string().into());
+        }
+        let rq: ResourceQuota = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "q", "namespace": "default"},
+            "spec": {"hard": hard},
+        })).unwrap();
+        prop_assert!(quotas.apply(&rq).is_empty());
+        let nvidia = reg.get("NVIDIA").unwrap().clone();
         let mut ledger = Ledger::new();
         for (n, devs) in nodes.iter().enumerate() {
             let infos: Vec<DeviceInfo> = devs
@@ -169,7 +187,11 @@ proptest! {
                 }
                 Op::Place { .. } => {
                     let p = make_pod(i, op);
-                    let plan = PodPlan::new(&p, &reg, &SchedulerDefaults::default()).unwrap();
+                    let mut plan = PodPlan::new(&p, &reg, &SchedulerDefaults::default()).unwrap();
+                    let used = ledger.namespace_use("default", "NVIDIA");
+                    if let Some(budget) = quotas.budget("default", nvidia.as_ref(), used) {
+                        plan.quota.insert("NVIDIA".into(), budget);
+                    }
                     let out = place(&plan, &reg, &ledger, &candidates);
                     prop_assert_eq!(out.failed.len() + out.scores.len(), candidates.len());
                     if let Some((node, fit)) = out.chosen {
@@ -184,6 +206,10 @@ proptest! {
                 }
             }
             assert_invariants(&ledger, &exclusive);
+            let used = ledger.namespace_use("default", "NVIDIA");
+            prop_assert_eq!(used, ledger.recomputed_namespace_use("default", "NVIDIA"));
+            prop_assert!(mem_quota.is_none_or(|m| used.memory <= m), "{used:?} over {mem_quota:?}");
+            prop_assert!(core_quota.is_none_or(|c| used.cores <= c), "{used:?} over {core_quota:?}");
         }
     }
 }

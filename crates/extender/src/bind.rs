@@ -18,6 +18,7 @@ use hami_k8s::events::{EventType, Subject};
 use hami_k8s::lock::{self, Acquired, LOCKED_BIND_LIMIT, LockError};
 use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
 use hami_k8s::vendor_lock;
+use hami_server::flags::format_go_duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -391,10 +392,7 @@ impl Extender {
             Err(_) => {
                 return Err(fail(
                     ErrorReason::LockTimeout,
-                    format!(
-                        "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
-                        self.settings.node_lock_wait.as_secs()
-                    ),
+                    self.locked_message(node, "other pods are binding to it"),
                 ));
             }
         };
@@ -414,10 +412,7 @@ impl Extender {
                     if now >= deadline {
                         return Err(fail(
                             ErrorReason::LockTimeout,
-                            format!(
-                                "{e}; gave up after waiting {}s (--node-lock-wait)",
-                                self.settings.node_lock_wait.as_secs()
-                            ),
+                            self.locked_message(node, &e.to_string()),
                         ));
                     }
                     // Wake on any node change (the device plugin releasing the lock) or
@@ -440,6 +435,24 @@ impl Extender {
                 self.metrics
                     .error(Operation::Bind, ErrorReason::LockReleaseFailed);
             }
+        }
+    }
+
+    /// Why /bind gave up on a locked node. With `--node-lock-wait 0` (fail at once, as
+    /// HAMi does) the text starts with HAMi's own words for a locked node
+    /// (`docs/protocol.md#node-lock`), so what operators grep for matches.
+    fn locked_message(&self, node: &str, detail: &str) -> String {
+        let wait = self.settings.node_lock_wait;
+        if wait.is_zero() {
+            format!(
+                "node {node} has been locked within {} ({detail})",
+                format_go_duration(self.settings.node_lock_timeout)
+            )
+        } else {
+            format!(
+                "node {node} stayed locked: {detail}; gave up after waiting {} (--node-lock-wait)",
+                format_go_duration(wait)
+            )
         }
     }
 

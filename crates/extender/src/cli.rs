@@ -29,7 +29,7 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
         Binding; the device plugin releases the lock after Allocate. Nodes whose device \
         plugin stops reporting (node handshake, allocatable GPUs) stop receiving pods and \
         come back on their own. The admin address serves /livez, /readyz (ready once the \
-        node and pod caches have synced) and /metrics.\n\n\
+        node, pod and resourcequota caches have synced) and /metrics.\n\n\
         The API server is found the standard way: in-cluster config, else KUBECONFIG.",
     after_help = DURATION_HELP
 )]
@@ -84,6 +84,12 @@ pub struct Cli {
 
     #[command(flatten)]
     pub admin: AdminArgs<MetricsBindAddress>,
+
+    /// Also export HAMi's pre-2.8 metric names (GPUDeviceMemoryLimit, nodeGPUOverview,
+    /// QuotaUsed, vGPUMemoryAllocated, ...) beside the hami_* ones.
+    #[arg(long, env = "LEGACY_METRICS", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set)]
+    pub legacy_metrics: bool,
 
     /// Only nodes with these labels (`k=v,k2=v2`, any label selector) are considered.
     #[arg(long, env = "NODE_LABEL_SELECTOR")]
@@ -154,8 +160,11 @@ mod tests {
             "--metrics-bind-address=:9395",
             "--node-label-selector=gpu=on",
             "--leader-elect=true",
+            "--legacy-metrics",
         ])
         .unwrap();
+        assert!(cli.legacy_metrics);
+        assert!(!Cli::try_parse_from(["x"]).unwrap().legacy_metrics);
         assert!(
             Cli::try_parse_from(["x", "--leader-elect"])
                 .unwrap()

@@ -158,7 +158,7 @@ impl Extender {
             return Err(fail(ErrorReason::NoPod, "extender args carry no Pod"));
         };
         let pod_id = FilterPod::of(pod);
-        let plan = self.plan(pod, &pod_id)?;
+        let mut plan = self.plan(pod, &pod_id)?;
         if plan.is_empty() {
             // Not ours: every candidate passes.
             return Ok((passthrough(args), FilterOutcome::Passthrough));
@@ -172,7 +172,7 @@ impl Extender {
         self.wait_synced()
             .await
             .map_err(|e| fail(ErrorReason::NotSynced, e))?;
-        let decision = self.place_and_reserve(&plan, &pod_id, &candidates(&args), unix_now());
+        let decision = self.place_and_reserve(&mut plan, &pod_id, &candidates(&args), unix_now());
         match decision {
             Decision::Placed(placed) => {
                 let node = placed.node.clone();
@@ -211,10 +211,12 @@ impl Extender {
     }
 
     /// Fits the pod on every candidate and reserves the best node's devices, under the
-    /// state lock. The full per-node report is only built when no node fits.
+    /// state lock: the namespace's quota budget is read there too, so two filters never
+    /// share the last of a quota. The full per-node report is only built when no node
+    /// fits.
     fn place_and_reserve(
         &self,
-        plan: &PodPlan,
+        plan: &mut PodPlan,
         pod_id: &FilterPod,
         candidates: &[&str],
         now: i64,
@@ -222,6 +224,7 @@ impl Extender {
         let mut tally = Tally::default();
         let mut st = self.lock_state();
         st.begin_filter(&pod_id.uid, now);
+        plan.quota = st.quota_budgets(&self.quotas.read(), &pod_id.namespace, &plan.vendor_keys);
         let chosen = place_reporting(
             plan,
             &self.registry,

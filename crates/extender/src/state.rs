@@ -30,6 +30,7 @@ use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
 };
 use hami_core::model::PodSingleDevice;
+use hami_core::quota::{QuotaBook, QuotaBudget};
 use hami_core::request::{ContainerKind, plain_integer};
 use hami_core::vendor::{InventorySource, NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -423,6 +424,30 @@ impl SchedState {
         vendors.sort();
         vendors.dedup();
         vendors
+    }
+
+    // ---- ResourceQuotas (`docs/protocol.md#resourcequota`) ----
+
+    /// What the namespace's limits (in `quotas`) leave for a pod asking for these vendors,
+    /// given what the namespace holds now (reservations included).
+    pub fn quota_budgets(
+        &self,
+        quotas: &QuotaBook,
+        namespace: &str,
+        vendor_keys: &[String],
+    ) -> BTreeMap<String, QuotaBudget> {
+        if !quotas.limits_namespace(namespace) {
+            return BTreeMap::new();
+        }
+        vendor_keys
+            .iter()
+            .filter_map(|key| {
+                let vendor = self.registry.get(key)?;
+                let used = self.ledger.namespace_use(namespace, key);
+                let budget = quotas.budget(namespace, vendor.as_ref(), used)?;
+                Some((key.clone(), budget))
+            })
+            .collect()
     }
 
     // ---- pods ----

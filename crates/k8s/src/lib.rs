@@ -7,11 +7,13 @@
 //! - [`patch`]: JSON merge patches of annotations, the only kind of write HAMi makes;
 //!   pod writes carry the pod's UID.
 //! - [`events`]: a non-blocking recorder of core/v1 Events.
+//! - [`quotas`]: the namespaces' ResourceQuota limits on device resources, watch-fed.
 //! - [`watch`]: which watch errors no retry fixes (they end a supervised watch).
 
 pub mod client;
 pub mod events;
 pub mod lock;
 pub mod patch;
+pub mod quotas;
 pub mod vendor_lock;
 pub mod watch;

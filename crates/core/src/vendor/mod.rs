@@ -34,6 +34,7 @@ use crate::codec::CodecError;
 use crate::codec::selectors::DeviceSelector;
 use crate::config::DeviceConfig;
 use crate::model::{ContainerDeviceRequest, DeviceInfo, PodSingleDevice};
+use crate::quota::QuotaResources;
 use crate::reason::Reason;
 use crate::request::{RequestError, plain_integer};
 use crate::score::Usage;
@@ -257,6 +258,11 @@ pub trait Vendor: Send + Sync + Debug {
         _constraints: &DeviceConstraints,
     ) -> bool {
         false
+    }
+    /// The memory and core resources a namespace's ResourceQuota can limit
+    /// (`docs/protocol.md#resourcequota`); none by default.
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::default()
     }
     /// Device-level type check (HAMi's `CardTypeMismatch`), for devices whose type
     /// already names the vendor.

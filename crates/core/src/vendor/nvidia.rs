@@ -13,6 +13,7 @@ use crate::codec::selectors::{DeviceSelector, SelectorKeys};
 use crate::codec::{CodecError, decode_node_register, parse_go_bool};
 use crate::config::NvidiaConfig;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::request::{RequestError, integer_resource};
 
 /// HAMi-core reads the task priority from this variable.
@@ -61,6 +62,15 @@ impl Vendor for Nvidia {
 
     fn count_resource(&self) -> &str {
         &self.cfg.resource_count_name
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        let named = |n: &String| Some(n.clone()).filter(|n| !n.trim().is_empty());
+        QuotaResources {
+            memory: named(&self.cfg.resource_memory_name),
+            cores: named(&self.cfg.resource_core_name),
+            memory_factor: self.cfg.memory_factor,
+        }
     }
 
     fn inventory_source(&self) -> InventorySource<'_> {

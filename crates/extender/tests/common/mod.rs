@@ -29,12 +29,14 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone)]
 pub struct Knobs {
     pub node_lock_wait: Duration,
+    pub node_lock_timeout: Duration,
     pub reservation_timeout: Duration,
     pub registry_interval: Duration,
     pub handshake_timeout: Duration,
     pub defaults: SchedulerDefaults,
     /// `--enable-ascend`, `--enable-iluvatar`.
     pub switches: hami_core::config::VendorSwitches,
+    pub legacy_metrics: bool,
     pub restart: RestartPolicy,
     /// Run as with `--leader-elect` (other replicas may bind too).
     pub leader_elect: bool,
@@ -44,11 +46,13 @@ impl Default for Knobs {
     fn default() -> Self {
         Knobs {
             node_lock_wait: Duration::from_secs(5),
+            node_lock_timeout: Duration::from_secs(300),
             reservation_timeout: Duration::from_secs(120),
             registry_interval: Duration::from_secs(15),
             handshake_timeout: Duration::from_secs(60),
             defaults: SchedulerDefaults::default(),
             switches: Default::default(),
+            legacy_metrics: false,
             restart: RestartPolicy::default(),
             leader_elect: false,
         }
@@ -174,7 +178,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         settings: Settings {
             scheduler_name: "hami-scheduler".into(),
             defaults: knobs.defaults.clone(),
-            node_lock_timeout: Duration::from_secs(300),
+            node_lock_timeout: knobs.node_lock_timeout,
             node_lock_wait: knobs.node_lock_wait,
             reservation_timeout: knobs.reservation_timeout,
             body_limit: 1024 * 1024,
@@ -188,6 +192,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
             name: "hami-scheduler".into(),
             identity: "hami-scheduler-0".into(),
         }),
+        legacy_metrics: knobs.legacy_metrics,
         dedicated_http_thread: true,
         restart: knobs.restart,
     };
