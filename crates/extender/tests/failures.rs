@@ -447,6 +447,17 @@ async fn nodes_whose_plugin_stops_answering_leave_and_come_back() {
     assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
 }
 
+/// Pod `p` (one GPU, 2500 MiB, 40 % cores), placed and bound.
+async fn schedule_one_gpu_pod(c: &Cluster) {
+    c.create(&gpu_pod(
+        "p",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "40"})],
+        json!({}),
+    ))
+    .await;
+    c.schedule("p").await;
+}
+
 /// `--legacy-metrics` adds HAMi's pre-2.8 names with their labels (`docs/protocol.md#metrics`).
 #[tokio::test]
 async fn legacy_metric_names_on_request() {
@@ -456,13 +467,7 @@ async fn legacy_metric_names_on_request() {
         ..Knobs::default()
     };
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
-    c.create(&gpu_pod(
-        "p",
-        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "40"})],
-        json!({}),
-    ))
-    .await;
-    c.schedule("p").await;
+    schedule_one_gpu_pod(&c).await;
     let m = c.metrics().await;
     for line in [
         "GPUDeviceMemoryLimit{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\"} 10485760000",
@@ -490,13 +495,7 @@ async fn metrics_and_readiness() {
         .await
         .unwrap();
     assert_eq!(ready.status, 200);
-    c.create(&gpu_pod(
-        "p",
-        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "40"})],
-        json!({}),
-    ))
-    .await;
-    c.schedule("p").await;
+    schedule_one_gpu_pod(&c).await;
     let m = c.metrics().await;
     // Two equal GPUs: the pod took the last registered one, as HAMi does.
     assert!(m.contains("hami_gpu_memory_limit_bytes{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 10485760000"), "{m}");
