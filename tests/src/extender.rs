@@ -93,6 +93,10 @@ impl ExtenderSetup {
             leader_lease: None,
             legacy_metrics: false,
             dedicated_http_thread: true,
+            // The dashboard on the admin port: `cargo xtask demo --ui` and the browser
+            // tests open it.
+            ui: true,
+            admin_tls: TlsConfig::None,
             restart: RestartPolicy::default(),
         };
         let stop = CancellationToken::new();
@@ -104,6 +108,31 @@ impl ExtenderSetup {
         let ext = RunningExtender { running, admin };
         wait_ready(&ext).await?;
         Ok(ext)
+    }
+}
+
+/// The real extender alone over an API server, without kube-scheduler, nodes or device
+/// plugins: for tests that only read it (the dashboard of a large cluster).
+#[derive(Debug)]
+pub struct StandaloneExtender {
+    running: RunningExtender,
+}
+
+impl StandaloneExtender {
+    /// Starts it as the demo cluster does (`spec`'s settings, dashboard on), ready.
+    pub async fn start(spec: &ClusterSpec, client: kube::Client) -> Result<Self, HarnessError> {
+        let (setup, listener) = ExtenderSetup::prepare(spec).await?;
+        let running = setup.start(client, Some(listener)).await?;
+        Ok(StandaloneExtender { running })
+    }
+
+    /// The admin address (/readyz, /metrics, /ui, /api/v1).
+    pub fn admin(&self) -> SocketAddr {
+        self.running.admin
+    }
+
+    pub async fn stop(self) -> Result<(), HarnessError> {
+        self.running.running.stop().await
     }
 }
 

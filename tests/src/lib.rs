@@ -52,6 +52,7 @@ use tokio::net::TcpListener;
 
 pub use cluster::{DemoCluster, Settled};
 pub use component::HarnessError;
+pub use extender::StandaloneExtender;
 pub use node::EmulatedNode;
 pub use spec::{ClusterSpec, GpuSpec, NodeSpec, Timing};
 

@@ -10,8 +10,9 @@ use hami_e2e::scenario::{self, Example, RunOutcome};
 use hami_e2e::{ClusterSpec, DemoCluster};
 use serde_json::{Value, json};
 
-/// Runs the demo; `Ok(true)` when every example behaved as it must.
-pub async fn run(as_json: bool) -> anyhow::Result<bool> {
+/// Runs the demo; `Ok(true)` when every example behaved as it must. With `ui`, the
+/// cluster keeps running after the report, its dashboard open, until Ctrl-C.
+pub async fn run(as_json: bool, ui: bool) -> anyhow::Result<bool> {
     let started = Instant::now();
     let spec = ClusterSpec::demo();
     let cluster = DemoCluster::start(spec.clone())
@@ -23,7 +24,6 @@ pub async fn run(as_json: bool) -> anyhow::Result<bool> {
     let quota = quota::run(&cluster).await;
     let api = cluster.api().url();
     let extender = cluster.extender_addr();
-    let shutdown = cluster.shutdown().await;
     let mut ok = outcome.ok() && quota.ok();
     let mut problems: Vec<String> = outcome
         .problems
@@ -31,10 +31,17 @@ pub async fn run(as_json: bool) -> anyhow::Result<bool> {
         .map(|(pod, p)| format!("{pod}: {p}"))
         .chain(quota.problems.iter().map(|p| format!("resourcequota: {p}")))
         .collect();
-    if let Err(e) = shutdown {
-        ok = false;
-        problems.push(format!("shutdown: {e}"));
-    }
+    // With the UI the cluster stays up after the report; otherwise its shutdown is part
+    // of what the report checks.
+    let kept = if ui {
+        Some(cluster)
+    } else {
+        if let Err(e) = cluster.shutdown().await {
+            ok = false;
+            problems.push(format!("shutdown: {e}"));
+        }
+        None
+    };
     let elapsed = started.elapsed();
     if as_json {
         let doc = json_document(&spec, &examples, &outcome, &quota, &problems, ok, elapsed);
@@ -46,6 +53,13 @@ pub async fn run(as_json: bool) -> anyhow::Result<bool> {
                 &spec, &examples, &outcome, &quota, &problems, ok, &api, extender, ready, elapsed
             )
         );
+    }
+    if let Some(cluster) = kept {
+        keep_running(&cluster).await?;
+        if let Err(e) = cluster.shutdown().await {
+            eprintln!("demo cluster shutdown: {e}");
+            ok = false;
+        }
     }
     Ok(ok)
 }
@@ -226,4 +240,30 @@ fn text(
         }
     }
     out
+}
+
+/// Prints where the dashboard is and waits for Ctrl-C.
+async fn keep_running(cluster: &DemoCluster) -> anyhow::Result<()> {
+    let admin = cluster
+        .extender_admin()
+        .context("the extender is not running")?;
+    let kubeconfig = cluster.work_dir().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        hami_testkit::emulator::kubeconfig(&cluster.api().url()),
+    )
+    .with_context(|| format!("writing {}", kubeconfig.display()))?;
+    let k = kubeconfig.display();
+    eprintln!(
+        "\nThe demo cluster keeps running (Ctrl-C stops it).\n\
+         \n  dashboard   http://{admin}/ui\
+         \n  its API     http://{admin}/api/v1/cluster\
+         \n  hamictl     cargo run -p hamictl -- top gpus --kubeconfig {k}\
+         \n              cargo run -p hamictl -- explain pod too-big --kubeconfig {k}\
+         \n  kubectl     kubectl --kubeconfig {k} get pods -o wide\n"
+    );
+    hami_server::shutdown::shutdown_on_signals()
+        .cancelled()
+        .await;
+    Ok(())
 }

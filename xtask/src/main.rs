@@ -56,6 +56,11 @@ enum Task {
         /// `problems`.
         #[arg(long, env = "HAMI_DEMO_JSON")]
         json: bool,
+        /// Keep the demo cluster running after the report and print the URL of
+        /// hami-scheduler's dashboard (and a kubeconfig for hamictl / kubectl), until
+        /// Ctrl-C.
+        #[arg(long, env = "HAMI_DEMO_UI")]
+        ui: bool,
         /// Component logs on stderr (RUST_LOG syntax, e.g. `info` or
         /// `hami_scheduler=debug,warn`); RUST_LOG is used when unset, else `error`.
         #[arg(long, env = "HAMI_DEMO_LOG")]
@@ -129,13 +134,17 @@ fn build_release(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.task {
-        Task::Demo { json, log_level } => {
+        Task::Demo {
+            json,
+            ui,
+            log_level,
+        } => {
             let filter = log_level
                 .or_else(|| std::env::var("RUST_LOG").ok())
                 .unwrap_or_else(|| "error".into());
             hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
                 .context("setting up logs")?;
-            if demo::run(json).await? {
+            if demo::run(json, ui).await? {
                 Ok(())
             } else {
                 std::process::exit(1);

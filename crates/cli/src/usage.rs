@@ -2,8 +2,12 @@
 //! rule the extender applies to the pods it watches ([`hami_core::holding`]), so that
 //! `hamictl explain` and the live scheduler count the same pods.
 
+use std::collections::BTreeMap;
+
 use hami_core::holding::{Expiry, PodHolding, Standing, pod_holding};
-use hami_core::ledger::{Ledger, NodeInventory, unknown_allocations};
+use hami_core::ledger::{
+    InventoryIssue, Ledger, NodeInventory, unknown_allocations, unregistered_reason,
+};
 use hami_core::pod::{bound_node, pod_name};
 use hami_core::vendor::{NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -17,6 +21,16 @@ pub struct SnapshotUsage {
     pub candidates: Vec<String>,
     /// What could not be used, for the user.
     pub warnings: Vec<String>,
+    /// Per node, the first of its annotations that could not be read.
+    pub issues: BTreeMap<String, InventoryIssue>,
+}
+
+impl SnapshotUsage {
+    /// Why a candidate the ledger does not know cannot take a pod, in hami-scheduler's
+    /// words (FailedNodes).
+    pub fn unusable_reason(&self, node: &str) -> String {
+        unregistered_reason(self.issues.get(node))
+    }
 }
 
 /// Builds the usage of `nodes` and `pods` judged at `expiry`; the pod `skip_uid` (the
@@ -32,10 +46,13 @@ pub fn snapshot_usage(
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
         let (inventory, issues) = NodeInventory::from_node(&NodeView::of(node), registry);
-        for i in issues {
+        for i in &issues {
             usage
                 .warnings
                 .push(format!("node {name}: {}: {}", i.annotation, i.error));
+        }
+        if let Some(first) = issues.into_iter().next() {
+            usage.issues.entry(name.clone()).or_insert(first);
         }
         if !inventory.vendors.is_empty() {
             usage.ledger.set_node(&name, inventory);

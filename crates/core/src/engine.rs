@@ -393,6 +393,21 @@ pub fn place(
     ledger: &Ledger,
     candidates: &[String],
 ) -> Placement {
+    place_explained(plan, registry, ledger, candidates, |_| {
+        NODE_UNREGISTERED.to_string()
+    })
+}
+
+/// [`place`], with candidates the ledger does not know failing for the reason
+/// `unusable(name)` gives: the caller knows why (an unreadable registration, devices
+/// taken out of scheduling), as hami-scheduler's FailedNodes and `hamictl explain` say.
+pub fn place_explained(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    ledger: &Ledger,
+    candidates: &[String],
+    unusable: impl Fn(&str) -> String,
+) -> Placement {
     let mut failed = BTreeMap::new();
     let mut scores = BTreeMap::new();
     let chosen = place_reporting(
@@ -405,7 +420,7 @@ pub fn place(
                 scores.insert(name.to_string(), score);
             }
             Err(None) => {
-                failed.insert(name.to_string(), NODE_UNREGISTERED.to_string());
+                failed.insert(name.to_string(), unusable(name));
             }
             Err(Some(f)) => {
                 failed.insert(name.to_string(), f.render());

@@ -56,6 +56,21 @@ pub struct InventoryIssue {
     pub blocking: bool,
 }
 
+/// Why a node that registered no usable device cannot take a pod, as FailedNodes and
+/// `hamictl explain` word it: the first annotation that could not be read, if any, else
+/// HAMi's `node unregistered`.
+pub fn unregistered_reason(first_issue: Option<&InventoryIssue>) -> String {
+    match first_issue {
+        Some(issue) => format!(
+            "{}: {} is invalid: {}",
+            crate::reason::NODE_UNREGISTERED,
+            issue.annotation,
+            issue.error
+        ),
+        None => crate::reason::NODE_UNREGISTERED.to_string(),
+    }
+}
+
 impl NodeInventory {
     /// Reads a node's annotations only (snapshots and tests without node capacity);
     /// see [`NodeInventory::from_node`].
@@ -649,6 +664,24 @@ impl Ledger {
 
     pub fn pods(&self) -> impl Iterator<Item = &PodRecord> {
         self.pods.values()
+    }
+
+    /// How many pods hold devices on `node`.
+    pub fn pod_count_on(&self, node: &str) -> usize {
+        self.pods_by_node.get(node).map_or(0, |s| s.len())
+    }
+
+    /// The records of the pods holding devices on `node`, by namespace and name.
+    pub fn pods_on(&self, node: &str) -> Vec<&PodRecord> {
+        let mut pods: Vec<&PodRecord> = self
+            .pods_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|uid| self.pods.get(uid))
+            .collect();
+        pods.sort_unstable_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        pods
     }
 
     pub fn pod_count(&self) -> usize {

@@ -5,8 +5,9 @@
 //! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
 //! [`holding`] and [`ledger`] (usage), [`quota`] (namespace limits), [`engine`] (one pod
-//! over many nodes). [`pod`] holds the rules about pods every component shares, [`sync`]
-//! the one poison-tolerant locking rule every crate uses. Beside them, [`shared_region`]:
+//! over many nodes), [`explain`] and [`view`] (placements and usage as people read them).
+//! [`pod`] holds the rules about pods every component shares, [`sync`] the one
+//! poison-tolerant locking rule every crate uses. Beside them, [`shared_region`]:
 //! HAMi-core's per-container cache file, as the node monitor reads it.
 
 pub mod accounting;
@@ -14,6 +15,7 @@ pub mod annotations;
 pub mod codec;
 pub mod config;
 pub mod engine;
+pub mod explain;
 pub mod fit;
 pub mod frag;
 pub mod holding;
@@ -28,3 +30,4 @@ pub mod score;
 pub mod shared_region;
 pub mod sync;
 pub mod vendor;
+pub mod view;

@@ -29,7 +29,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
         Binding; the device plugin releases the lock after Allocate. Nodes whose device \
         plugin stops reporting (node handshake, allocatable GPUs) stop receiving pods and \
         come back on their own. The admin address serves /livez, /readyz (ready once the \
-        node, pod and resourcequota caches have synced) and /metrics.\n\n\
+        node, pod and resourcequota caches have synced) and /metrics, and with --ui a read-only \
+        dashboard (/ui) and its JSON API (/api/v1/...).\n\n\
         The API server is found the standard way: in-cluster config, else KUBECONFIG.",
     after_help = DURATION_HELP
 )]
@@ -90,6 +91,18 @@ pub struct Cli {
     #[arg(long, env = "LEGACY_METRICS", default_value_t = false, num_args = 0..=1,
           default_missing_value = "true", action = ArgAction::Set)]
     pub legacy_metrics: bool,
+
+    /// Serve the dashboard on the admin address: /ui (read-only web page) and its JSON
+    /// API (/api/v1/cluster, /api/v1/nodes/NAME, /api/v1/pods/NS/NAME/explain).
+    #[arg(long, env = "ENABLE_UI", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set)]
+    pub ui: bool,
+
+    /// Serve the admin address (probes, metrics, dashboard) over HTTPS with
+    /// --cert_file/--key_file.
+    #[arg(long, env = "ADMIN_TLS", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set, requires = "cert_file")]
+    pub admin_tls: bool,
 
     /// Only nodes with these labels (`k=v,k2=v2`, any label selector) are considered.
     #[arg(long, env = "NODE_LABEL_SELECTOR")]
@@ -176,6 +189,13 @@ mod tests {
                 .leader_elect
         );
         assert!(!Cli::try_parse_from(["x"]).unwrap().leader_elect);
+        let off = Cli::try_parse_from(["x"]).unwrap();
+        assert!(!off.ui && !off.admin_tls, "the dashboard is off by default");
+        assert!(Cli::try_parse_from(["x", "--ui"]).unwrap().ui);
+        assert!(
+            Cli::try_parse_from(["x", "--admin-tls"]).is_err(),
+            "admin TLS needs a certificate"
+        );
         assert_eq!(cli.http_bind.port(), 443);
         assert_eq!(cli.node_scheduler_policy, NodePolicy::Spread);
         assert_eq!(cli.node_lock_timeout, Duration::from_secs(90));

@@ -32,6 +32,7 @@ use crate::filter_report::{
 use crate::metrics::{ErrorReason, FilterOutcome, Operation};
 use crate::service::{Extender, Failure, WriteState, fail, unix_now};
 use crate::state::{Reservation, SchedState};
+use crate::unschedulable::Refusal;
 use crate::wire::{ExtenderArgs, ExtenderFilterResult, NodeList};
 
 /// The pod of a /filter call, as the request names it.
@@ -268,6 +269,16 @@ impl Extender {
     ) -> ExtenderFilterResult {
         let summary = failure_summary(failures);
         tracing::info!(pod = %pod_id.key(), reasons = %summary, "filter: no node fits");
+        self.lock_state().note_unschedulable(
+            &pod_id.uid,
+            Refusal {
+                namespace: pod_id.namespace.clone(),
+                name: pod_id.name.clone(),
+                at: unix_now(),
+                nodes: failures.len(),
+                summary: summary.clone(),
+            },
+        );
         self.events.record(
             pod_id.subject(),
             EventType::Warning,

@@ -8,6 +8,7 @@
 
 pub mod bind;
 pub mod cli;
+pub mod dashboard;
 pub mod filter;
 pub mod filter_report;
 pub mod health;
@@ -18,5 +19,6 @@ pub mod run;
 pub mod service;
 pub mod slim;
 pub mod state;
+pub mod unschedulable;
 pub mod watch;
 pub mod wire;

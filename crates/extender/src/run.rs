@@ -17,7 +17,7 @@ use hami_k8s::quotas::QuotaCache;
 use hami_server::admin::{AdminState, Readiness};
 use hami_server::device_config::load_device_config;
 use hami_server::listener::{Relistener, TakeOverError};
-use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text, supervise_admin};
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text, supervise_admin_with};
 use hami_server::{CancellationToken, TlsConfig, serve};
 use kube::Client;
 use prometheus_client::registry::Registry;
@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::cli::Cli;
+use crate::dashboard::Dashboard;
 use crate::housekeeping::{self, expire_reservations};
 use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
@@ -72,6 +73,10 @@ pub struct Service {
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
     pub dedicated_http_thread: bool,
+    /// Serve the dashboard on the admin port (`--ui`).
+    pub ui: bool,
+    /// TLS of the admin port (`--admin-tls`: the extender's certificate).
+    pub admin_tls: TlsConfig,
     /// When a background task that stopped is started again, and when the process gives
     /// up.
     pub restart: RestartPolicy,
@@ -91,6 +96,11 @@ impl Service {
                 })
         };
         let tls = TlsConfig::from_optional(cli.cert_file.clone(), cli.key_file.clone())?;
+        let admin_tls = if cli.admin_tls {
+            tls.clone()
+        } else {
+            TlsConfig::None
+        };
         let identity = cli
             .identity
             .clone()
@@ -127,6 +137,8 @@ impl Service {
             leader_lease,
             legacy_metrics: cli.legacy_metrics,
             dedicated_http_thread: true,
+            ui: cli.ui,
+            admin_tls,
             restart: RestartPolicy::default(),
         })
     }
@@ -215,6 +227,15 @@ pub async fn serve_service(
         registry_round.clone().run(feed.subscribe(), stop)
     });
 
+    let dashboard = svc.ui.then(|| {
+        Arc::new(Dashboard::new(
+            state.clone(),
+            svc.settings.defaults.clone(),
+            &svc.settings.scheduler_name,
+            client.clone(),
+        ))
+        .into_handler()
+    });
     let binds = match svc.leader_lease {
         None => LocalBinds::sole(),
         Some(_) => LocalBinds::with_peers(PEER_BIND_GRACE),
@@ -231,7 +252,13 @@ pub async fn serve_service(
         },
         svc.settings,
     ));
-    supervise_admin(&mut sup, Relistener::new(svc.admin_listener)?, admin);
+    supervise_admin_with(
+        &mut sup,
+        Relistener::new(svc.admin_listener)?,
+        admin,
+        dashboard,
+        svc.admin_tls,
+    );
     let listener = Relistener::new(svc.listener)?;
     let (tls, own_thread) = (svc.tls, svc.dedicated_http_thread);
     let handler = extender.into_handler();
@@ -301,6 +328,7 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> 
         gpu_policy = %svc.settings.defaults.gpu_policy.as_str(),
         http = %cli.http_bind,
         admin = %cli.admin.address,
+        ui = cli.ui,
         leader_elect = cli.leader_elect,
         "hami-scheduler starting"
     );

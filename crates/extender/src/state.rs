@@ -36,6 +36,8 @@ use hami_core::vendor::{InventorySource, NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::unschedulable::{Refusal, Unschedulable};
+
 /// Abandoned decisions remembered per pod.
 const MAX_ABANDONED: usize = 8;
 
@@ -172,6 +174,9 @@ pub struct SchedState {
     /// Keys the signature hash: annotations cannot be crafted to collide with a
     /// decision of this process.
     hasher: RandomState,
+    /// Pods /filter refused, until they are placed, bound or gone (the dashboard's
+    /// pending pods).
+    unschedulable: Unschedulable,
 }
 
 impl SchedState {
@@ -188,6 +193,7 @@ impl SchedState {
             nodes_synced: false,
             pods_synced: false,
             hasher: RandomState::new(),
+            unschedulable: Unschedulable::default(),
         }
     }
 
@@ -375,13 +381,7 @@ impl SchedState {
         if let Some((vendor, why)) = entry.unhealthy.iter().next() {
             return format!("{vendor} devices unavailable: {why}");
         }
-        if let Some(issue) = entry.issues.first() {
-            return format!(
-                "node unregistered: {} is invalid: {}",
-                issue.annotation, issue.error
-            );
-        }
-        hami_core::reason::NODE_UNREGISTERED.to_string()
+        hami_core::ledger::unregistered_reason(entry.issues.first())
     }
 
     /// Why the devices of one of `vendors` on a node cannot be used (the plugin is not
@@ -462,6 +462,9 @@ impl SchedState {
             self.delete_pod(uid_str);
             return out;
         }
+        if hami_core::pod::bound_node(pod).is_some() {
+            self.unschedulable.forget(uid_str);
+        }
         let empty = BTreeMap::new();
         let annotations = pod.metadata.annotations.as_ref().unwrap_or(&empty);
         let record = match PodRecord::from_pod(pod, &self.registry) {
@@ -538,6 +541,7 @@ impl SchedState {
 
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.unschedulable.forget(uid);
         self.pods.remove(uid);
         self.unbound_holders.remove(uid);
         self.binding.remove(uid);
@@ -569,6 +573,7 @@ impl SchedState {
         for uid in gone {
             self.delete_pod(&uid);
         }
+        self.unschedulable.retain(|uid| listed.contains(uid));
     }
 
     /// Puts the ledger in line with whether the pod holds its devices now; `record` is
@@ -627,6 +632,7 @@ impl SchedState {
             .signature(r.annotations)
             .unwrap_or_else(|| self.hasher.hash_one((r.node, now)));
         let key = record.uid.clone();
+        self.unschedulable.forget(r.uid);
         let node = self.ledger.intern(r.node);
         let epoch = self.epoch;
         let entry = self.pods.entry(key.clone()).or_insert_with(PodEntry::new);
@@ -747,6 +753,16 @@ impl SchedState {
     /// How unbound decisions are judged at `now`.
     fn expiry(&self, now: i64) -> Expiry {
         Expiry::new(now, self.reservation_ttl)
+    }
+
+    /// Remembers that /filter found no node for the pod.
+    pub fn note_unschedulable(&mut self, uid: &str, refusal: Refusal) {
+        self.unschedulable.note(uid, refusal);
+    }
+
+    /// Pods /filter refused that are not placed, bound or gone since.
+    pub fn unschedulable(&self) -> &Unschedulable {
+        &self.unschedulable
     }
 
     /// Number of pods known (holding or not).

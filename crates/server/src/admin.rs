@@ -1,4 +1,5 @@
-//! The admin port: `/livez`, `/readyz` and `/metrics`.
+//! The admin port: `/livez`, `/readyz` and `/metrics`, and whatever else a service
+//! serves beside them (hami-scheduler's dashboard).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -93,15 +94,34 @@ pub struct AdminState {
 
 /// The admin routes as a [`Handler`], for tests or to mount elsewhere.
 pub fn admin_handler(state: AdminState) -> Handler {
+    admin_handler_with(state, None)
+}
+
+/// The admin routes, and `more` for every other path.
+pub fn admin_handler_with(state: AdminState, more: Option<Handler>) -> Handler {
     let state = Arc::new(state);
     handler_fn(move |req| {
         let state = state.clone();
-        async move { route(&state, req.uri().path()) }
+        let more = more.clone();
+        async move {
+            match (route(&state, req.uri().path()), more) {
+                (Some(resp), _) => resp,
+                (None, Some(more)) => more(req).await,
+                (None, None) => respond::text(
+                    StatusCode::NOT_FOUND,
+                    format!(
+                        "no route {}; try /livez, /readyz or /metrics",
+                        req.uri().path()
+                    ),
+                ),
+            }
+        }
     })
 }
 
-fn route(state: &AdminState, path: &str) -> HttpResponse {
-    match path {
+/// The answer of an admin route, `None` for any other path.
+fn route(state: &AdminState, path: &str) -> Option<HttpResponse> {
+    Some(match path {
         "/livez" | "/healthz" => respond::text(StatusCode::OK, "ok"),
         "/readyz" => match state.readiness.check() {
             Ok(()) => respond::text(StatusCode::OK, "ready"),
@@ -125,11 +145,8 @@ fn route(state: &AdminState, path: &str) -> HttpResponse {
                 ),
             }
         }
-        other => respond::text(
-            StatusCode::NOT_FOUND,
-            format!("no route {other}; try /livez, /readyz or /metrics"),
-        ),
-    }
+        _ => return None,
+    })
 }
 
 /// Serves the admin routes over plain HTTP until `shutdown` is cancelled.
@@ -139,4 +156,16 @@ pub async fn serve_admin(
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     serve(listener, TlsConfig::None, admin_handler(state), shutdown).await
+}
+
+/// Serves the admin routes and `more` (see [`admin_handler_with`]), over `tls`, until
+/// `shutdown` is cancelled.
+pub async fn serve_admin_with(
+    listener: TcpListener,
+    state: AdminState,
+    more: Option<Handler>,
+    tls: TlsConfig,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    serve(listener, tls, admin_handler_with(state, more), shutdown).await
 }

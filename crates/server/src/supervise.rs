@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{AdminState, Readiness, serve_admin};
+use crate::admin::{AdminState, Readiness, serve_admin_with};
 use crate::listener::Relistener;
+use crate::{Handler, TlsConfig};
 
 /// When to restart and when to give up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,12 +167,24 @@ where
 /// Serves the admin routes (`/livez`, `/readyz`, `/metrics`) on `listener` as the
 /// supervised task `admin server`.
 pub fn supervise_admin(sup: &mut Supervisor, listener: Relistener, state: AdminState) {
+    supervise_admin_with(sup, listener, state, None, TlsConfig::None);
+}
+
+/// [`supervise_admin`] with `more` routes behind the admin ones (see
+/// [`crate::admin::admin_handler_with`]), over `tls`.
+pub fn supervise_admin_with(
+    sup: &mut Supervisor,
+    listener: Relistener,
+    state: AdminState,
+    more: Option<Handler>,
+    tls: TlsConfig,
+) {
     sup.spawn("admin server", move |stop| {
-        let state = state.clone();
+        let (state, more, tls) = (state.clone(), more.clone(), tls.clone());
         let listener = listener.tokio();
         async move {
             let listener = listener.map_err(|e| format!("listener: {e}"))?;
-            serve_admin(listener, state, stop)
+            serve_admin_with(listener, state, more, tls, stop)
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -4,8 +4,11 @@
 use std::sync::Arc;
 
 use hami_server::CancellationToken;
-use hami_server::admin::{AdminState, METRICS_CONTENT_TYPE, Readiness, serve_admin};
-use hami_server::test_support::{http_request, request};
+use hami_server::admin::{
+    AdminState, METRICS_CONTENT_TYPE, Readiness, serve_admin, serve_admin_with,
+};
+use hami_server::test_support::{TestCa, http_request, https_request, request};
+use hami_server::{TlsConfig, handler_fn, respond};
 use hyper::StatusCode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
@@ -60,6 +63,62 @@ async fn livez_readyz_metrics() {
 
     assert_eq!(get("/nope").await.status, StatusCode::NOT_FOUND);
 
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// A service's own routes beside the admin ones, over TLS when the admin port has it.
+#[tokio::test]
+async fn more_routes_beside_the_admin_ones_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("admin test CA").unwrap();
+    let leaf = ca.leaf("admin", &["localhost"]).unwrap();
+    let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&cert, &leaf.cert).unwrap();
+    std::fs::write(&key, &leaf.key).unwrap();
+    let state = AdminState {
+        readiness: Readiness::ready(),
+        registry: Arc::new(Registry::default()),
+    };
+    let more = handler_fn(|req| async move {
+        match req.uri().path() {
+            "/ui" => respond::text(StatusCode::OK, "dashboard"),
+            other => respond::text(StatusCode::NOT_FOUND, format!("not mine: {other}")),
+        }
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(serve_admin_with(
+        listener,
+        state,
+        Some(more),
+        TlsConfig::Files { cert, key },
+        shutdown.clone(),
+    ));
+    let get = |path: &'static str| {
+        let ca = ca.pem();
+        async move {
+            https_request(addr, "localhost", &ca, request("GET", path, "").unwrap())
+                .await
+                .unwrap()
+        }
+    };
+    let ui = get("/ui").await;
+    assert_eq!(
+        (ui.status, ui.text().as_str()),
+        (StatusCode::OK, "dashboard\n")
+    );
+    assert_eq!(get("/readyz").await.status, StatusCode::OK);
+    let other = get("/elsewhere").await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+    assert_eq!(other.text(), "not mine: /elsewhere\n");
+    // Plain HTTP is not served on a TLS admin port.
+    assert!(
+        http_request(addr, request("GET", "/livez", "").unwrap())
+            .await
+            .is_err()
+    );
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }

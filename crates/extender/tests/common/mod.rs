@@ -194,6 +194,8 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         }),
         legacy_metrics: knobs.legacy_metrics,
         dedicated_http_thread: true,
+        ui: true,
+        admin_tls: TlsConfig::None,
         restart: knobs.restart,
     };
     let shutdown = CancellationToken::new();
