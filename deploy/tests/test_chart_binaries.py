@@ -30,7 +30,7 @@ CONTRACT = {
         "--http_bind", "--cert_file", "--key_file", "--scheduler-name", "--node-scheduler-policy",
         "--gpu-scheduler-policy", "--device-config-file", "--node-lock-timeout",
         "--metrics-bind-address", "--node-label-selector", "--leader-elect",
-        "--leader-elect-resource-name", "--leader-elect-resource-namespace",
+        "--leader-elect-resource-name", "--leader-elect-resource-namespace", "--legacy-metrics",
     },
     "hami-device-plugin-nvidia": {
         "--node-name", "--device-plugin-path", "--config-file", "--node-config-file",
@@ -39,7 +39,7 @@ CONTRACT = {
     "hami-webhook": {
         "--bind-address", "--tls-cert-file", "--tls-key-file", "--admin-address",
         "--scheduler-name", "--device-config-file", "--force-overwrite-default-scheduler",
-        "--scheduler-owned-annotations", "--deny-privileged",
+        "--scheduler-owned-annotations", "--deny-privileged", "--quota-check",
     },
     "hami-vgpu-monitor": {
         "--metrics-bind-address", "--backend", "--fake-devices", "--legacy-metrics", "--feedback-interval",

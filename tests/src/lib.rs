@@ -38,6 +38,7 @@ mod component;
 mod extender;
 pub mod http;
 pub mod node;
+pub mod quota;
 pub mod report;
 pub mod scenario;
 pub mod spec;
