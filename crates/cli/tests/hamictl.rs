@@ -582,7 +582,8 @@ fn explain_places_pods_on_a_mixed_vendor_snapshot() {
         &[],
     ));
     assert_eq!(v["node"], "mlu-1", "{v}");
-    assert_eq!(v["annotations"]["CAMBRICON_DSMLU_PROFILE"], "0_100_4");
+    // Two equal MLUs: the last registered is taken, as HAMi's walk does.
+    assert_eq!(v["annotations"]["CAMBRICON_DSMLU_PROFILE"], "1_100_4");
 
     // Ascend only with --enable-ascend, as on the scheduler.
     let npu_pod = [

@@ -56,9 +56,11 @@ async fn each_family_lands_on_its_node_with_hamis_annotations() {
             a.contains_key("hami.io/vgpu-devices-allocated")
         })
         .await;
+    // Two equal GPUs: the last registered is taken, as HAMi does
+    // (docs/protocol.md#gpu-policies).
     assert_eq!(
         a["hami.io/vgpu-devices-allocated"],
-        "GPU-nv-0,NVIDIA,4000,30:;"
+        "GPU-nv-1,NVIDIA,4000,30:;"
     );
     assert!(
         c.node_lock("nv")
