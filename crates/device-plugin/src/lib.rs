@@ -42,6 +42,7 @@ pub mod backend;
 mod backoff;
 pub mod config;
 pub mod health;
+pub mod hook;
 pub mod inventory;
 pub mod libvgpu;
 mod lifecycle;
@@ -61,7 +62,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
 pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
-pub use config::{ConfigError, DeviceFilter, PluginConfig, VendorSpec, VgpuHookSettings};
+pub use config::{
+    ConfigError, DeviceFilter, PluginConfig, VendorSpec, VendorSpecError, VgpuHookSettings,
+};
+pub use hook::{ContainerContext, HamiCoreHook, HookError, PodAllocation, VendorHook};
 pub use inventory::Inventory;
 pub use lifecycle::LifecycleError;
 pub use metrics::Metrics;
@@ -140,6 +144,7 @@ impl Plugin {
             allocate_lock: tokio::sync::Mutex::new(()),
             metrics,
             events: None,
+            hook: Arc::new(HamiCoreHook),
         };
         Ok(Plugin {
             shared: Arc::new(shared),
@@ -152,6 +157,15 @@ impl Plugin {
     pub fn with_events(mut self, events: hami_k8s::events::Recorder) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.events = Some(events);
+        }
+        self
+    }
+
+    /// Answers Allocate and registers devices the vendor's way (default: NVIDIA's
+    /// HAMi-core answer, [`HamiCoreHook`]).
+    pub fn with_hook(mut self, hook: Arc<dyn VendorHook>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.hook = hook;
         }
         self
     }
