@@ -8,10 +8,12 @@
 //! - [`cu`]: compute-unit bookkeeping for `HSA_CU_MASK`.
 
 pub mod backend;
+pub mod cli;
 pub mod cu;
 pub mod facts;
 pub mod fake_tree;
 pub mod hook;
+pub mod run;
 pub mod sysfs;
 
 pub use backend::{AmdBackend, AmdGpu, Catalog, Roots};

@@ -57,3 +57,23 @@ fn a_node_without_amdgpu_is_a_clear_error() {
     assert!(err.contains("module/amdgpu/drivers/pci:amdgpu"), "{err}");
     assert!(err.contains("amdgpu driver is not loaded"), "{err}");
 }
+
+#[test]
+fn discover_prints_the_gpus_and_the_register_annotation() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_tree::write(dir.path(), &fake_tree::mi300x(1)).unwrap();
+    let args = hami_device_plugin_amd::cli::NodeArgs {
+        sysfs_root: dir.path().join("sys"),
+        dev_root: dir.path().join("dev"),
+        gpu_facts: Some(dir.path().join("gpu-facts.json")),
+        split_count: 10,
+    };
+    let report = hami_device_plugin_amd::run::discover(&args).unwrap();
+    assert_eq!(report["gpus"][0]["pciBDF"], "0000:0c:00.0");
+    assert_eq!(report["gpus"][0]["rocrUUID"], "GPU-1407000000000000");
+    assert_eq!(report["gpus"][0]["cuCount"], 304);
+    assert_eq!(
+        report["annotations"]["hami.io/node-amd-register"],
+        r#"[{"id":"8eff74b5-0000-1000-801b-b56457add000","index":1,"count":10,"devmem":196288,"devcore":304,"type":"AMD Instinct MI300X","health":true,"custominfo":{"pciBDF":"0000:0c:00.0"}}]"#
+    );
+}

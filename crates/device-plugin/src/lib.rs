@@ -51,6 +51,7 @@ pub mod pending;
 mod preferred;
 mod publisher;
 mod service;
+pub mod serving;
 mod shared;
 
 use std::sync::Arc;
