@@ -7,10 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hami_core::vendor::amd::Amd;
-use hami_device_plugin::{
-    DeviceFilter, Metrics, Plugin, PluginConfig, PluginStatus, VendorSpec, VgpuHookSettings,
-};
+use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
 use hami_device_plugin_amd::{AmdBackend, AmdHook, FileFacts, RESOURCE, Roots, fake_tree};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
 use hami_testkit::ApiServer;
@@ -39,30 +36,19 @@ struct Node_ {
     task: tokio::task::JoinHandle<Result<(), hami_device_plugin::PluginError>>,
 }
 
+/// The configuration the binary builds from its flags, on the emulator's directory.
 fn config(dir: &Path, hook: &Path) -> PluginConfig {
-    PluginConfig {
-        node_name: NODE.into(),
-        resource_name: RESOURCE.into(),
-        plugin_dir: dir.to_path_buf(),
-        socket_name: "amd-gpu.sock".into(),
-        vendor: VendorSpec::from_vendor(&Amd::new(Default::default()), "ROCR_VISIBLE_DEVICES")
-            .unwrap(),
-        split_count: 10,
-        memory_scaling: 1.0,
-        core_scaling: 1.0,
-        preconfigured_memory: 0,
-        numa_topology: true,
-        preferred_allocation: false,
-        operating_mode: String::new(),
-        filter: DeviceFilter::default(),
-        vgpu_hook: VgpuHookSettings {
-            hook_path: hook.to_path_buf(),
-            lib_cuda_log_level: String::new(),
-            disable_core_limit: false,
-            libvgpu_version: None,
-        },
-        register_interval: Duration::from_millis(200),
-    }
+    use clap::Parser;
+    let cli = hami_device_plugin_amd::cli::Cli::try_parse_from([
+        "hami-device-plugin-amd".to_string(),
+        format!("--node-name={NODE}"),
+        format!("--device-plugin-path={}", dir.display()),
+        format!("--hook-path={}", hook.display()),
+        "--gpu-facts=unused.json".into(),
+        "--register-interval=200ms".into(),
+    ])
+    .unwrap();
+    hami_device_plugin_amd::run::plugin_config(&cli.serve, NODE).unwrap()
 }
 
 async fn start() -> Node_ {

@@ -1,7 +1,10 @@
 //! hami-device-plugin: a vendor-neutral kubelet device plugin that speaks HAMi's protocol.
 //!
-//! A vendor supplies a [`DeviceBackend`] (devices, memory, model, NUMA, health events) and a
-//! [`PluginConfig`]; [`Plugin::run`] does the rest:
+//! A vendor supplies a [`DeviceBackend`] (devices, memory, model, NUMA, health events), a
+//! [`PluginConfig`] (names from core's `Vendor`: [`VendorSpec::from_vendor`]) and, unless
+//! it answers like NVIDIA, a [`VendorHook`]
+//! (`docs/device-plugin.md#vendor-hooks-one-framework-one-crate-per-vendor`);
+//! [`Plugin::run`] does the rest:
 //!
 //! - **Serve, then register** (`lifecycle`): the `DevicePlugin` service on
 //!   `<plugin dir>/<socket>` (a stale socket is removed first), then `Register` with kubelet
@@ -11,15 +14,16 @@
 //!   Graceful shutdown ends open ListAndWatch streams and removes the socket.
 //! - **ListAndWatch**: each physical device `split_count` times as `<uuid>-<i>`, sent at once
 //!   and again whenever health or devices change, with NUMA topology when enabled.
-//! - **Inventory publisher**: the node annotation `hami.io/node-nvidia-register` (HAMi's JSON
-//!   form) written only when the node's value differs, checked every `register_interval`
-//!   and on every change, retried with backoff; the handshake policy is described in
-//!   `publisher`.
+//! - **Inventory publisher**: the vendor's register annotation (NVIDIA:
+//!   `hami.io/node-nvidia-register`, HAMi's JSON form) written only when the node's value
+//!   differs, checked every `register_interval` and on every change, retried with
+//!   backoff; the handshake policy is described in `publisher`.
 //! - **Allocate** (`allocate`): finds the pod kubelet is admitting (node lock owner, else
 //!   the oldest pod on this node in bind-phase `allocating`), consumes the next non-empty
-//!   container entry of `hami.io/vgpu-devices-to-allocate` per container request, checks the
-//!   count, answers with the environment and mounts of the vGPU hook, HAMi-core
-//!   (`libvgpu.so`, [`libvgpu`]), rewrites the annotation, and sets `bind-phase=success` +
+//!   container entry of the vendor's `*-devices-to-allocate` per container request, checks the
+//!   count, type and health, asks the vendor's [`VendorHook`] for the container's answer
+//!   (NVIDIA's default, [`HamiCoreHook`]: the environment and mounts of HAMi-core,
+//!   `libvgpu.so`, [`libvgpu`]), rewrites the annotation, and sets `bind-phase=success` +
 //!   releases the node lock once the pod is fully allocated. Any failure sets
 //!   `bind-phase=failed`, releases the lock and returns an error that tells the user what
 //!   went wrong.
