@@ -109,6 +109,7 @@ pub struct ServeArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::path::Path;
 
     #[test]
     fn cli_is_consistent_and_help_names_the_env_vars() {
@@ -141,7 +142,7 @@ mod tests {
             Cli::try_parse_from(["x", "discover", "--gpu-facts=f.json", "--sysfs-root=/t/sys"])
                 .unwrap();
         assert!(
-            matches!(cli.command, Some(Command::Discover(ref a)) if a.sysfs_root == PathBuf::from("/t/sys"))
+            matches!(cli.command, Some(Command::Discover(ref a)) if a.sysfs_root == Path::new("/t/sys"))
         );
         assert!(Cli::try_parse_from(["x", "discover"]).is_err());
     }
