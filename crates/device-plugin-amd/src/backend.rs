@@ -172,9 +172,11 @@ impl DeviceBackend for AmdBackend {
                 }
                 match gpus(&roots, facts.as_ref()) {
                     Ok(g) => {
+                        // The hook's facts follow every discovery, also when the
+                        // devices the kubelet sees stay the same.
+                        catalog.replace(&g);
                         let now = physical(&roots, &g);
                         if now != last {
-                            catalog.replace(&g);
                             if events
                                 .send(BackendEvent::Devices(now.clone()))
                                 .await

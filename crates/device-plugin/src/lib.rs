@@ -3,7 +3,7 @@
 //! A vendor supplies a [`DeviceBackend`] (devices, memory, model, NUMA, health events), a
 //! [`PluginConfig`] (names from core's `Vendor`: [`VendorSpec::from_vendor`]) and, unless
 //! it answers like NVIDIA, a [`VendorHook`]
-//! (`docs/device-plugin.md#vendor-hooks-one-framework-one-crate-per-vendor`);
+//! (`docs/device-plugin.md#vendor-hooks`);
 //! [`Plugin::run`] does the rest:
 //!
 //! - **Serve, then register** (`lifecycle`): the `DevicePlugin` service on
