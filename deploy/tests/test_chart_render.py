@@ -875,3 +875,37 @@ def test_scheduler_only(rendered: dict[str, Rendered]) -> None:
     }
     assert out.names("Deployment") == {name("scheduler")}
     assert out.names("ServiceAccount") == {name("scheduler")}
+
+
+def test_amd_device_plugin_daemonset(rendered: dict[str, Rendered]) -> None:
+    assert rendered["default"].maybe("DaemonSet", name("device-plugin") + "-amd") is None
+    out = rendered["amd-plugin"]
+    ds = out.get("DaemonSet", name("device-plugin") + "-amd")
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"amd": "on"}
+    assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["serviceAccountName"] == name("device-plugin")
+    dp = container(ds, "device-plugin")
+    assert dp["image"] == "ghcr.io/hami-rs/hami-device-plugin-amd:v0.1.0"
+    args = args_map(dp["args"])
+    assert args == {
+        "--device-plugin-path": "/var/lib/kubelet/device-plugins",
+        "--hook-path": "/usr/local",
+        "--sysfs-root": "/sys",
+        "--dev-root": "/dev",
+        "--gpu-facts": "/etc/hami-rs/amd/gpu-facts.json",
+        "--split-count": "10",
+        "--admin-address": "0.0.0.0:9396",
+    }
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in dp["volumeMounts"]}
+    assert vols["device-plugins"]["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    assert vols["sys"]["hostPath"]["path"] == "/sys" and mounts["sys"]["readOnly"] is True
+    assert vols["dev"]["hostPath"]["path"] == "/dev" and mounts["dev"]["readOnly"] is True
+    facts = out.get("ConfigMap", vols["gpu-facts"]["configMap"]["name"])["data"]["gpu-facts.json"]
+    assert json.loads(facts)["0000:0c:00.0"]["cu_count"] == 304
+    assert dp["securityContext"].get("privileged") is not True
+    # Without the NVIDIA plugin the AMD one still gets its service account and RBAC.
+    only = rendered["amd-only"]
+    assert only.maybe("DaemonSet", name("device-plugin")) is None
+    assert only.get("ServiceAccount", name("device-plugin"))
