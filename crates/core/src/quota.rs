@@ -31,6 +31,21 @@ pub struct QuotaResources {
     pub memory_factor: u32,
 }
 
+impl QuotaResources {
+    /// A vendor's memory and core resources as its config names them; an empty name (a
+    /// vendor configured without that resource) is not limited. HAMi counts a quota on
+    /// the memory and core resources of every family it serves
+    /// (`docs/protocol.md#resourcequota`).
+    pub fn named(memory: &str, cores: &str, memory_factor: u32) -> Self {
+        let named = |n: &str| Some(n.trim().to_string()).filter(|n| !n.is_empty());
+        QuotaResources {
+            memory: named(memory),
+            cores: named(cores),
+            memory_factor: memory_factor.max(1),
+        }
+    }
+}
+
 /// What the pods of a namespace hold of one vendor's devices, collapsed per pod as device
 /// usage is (`docs/protocol.md#resources-and-requests`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -220,3 +220,41 @@ async fn concurrent_filters_never_share_the_last_of_a_quota() {
         "{m}"
     );
 }
+
+/// HAMi limits every family's memory and core resources, not only NVIDIA's: a Hygon DCU
+/// namespace limit on `hygon.com/dcumem` refuses the pod that would pass it, with the
+/// same numbers in FailedNodes.
+#[tokio::test]
+async fn other_families_are_held_to_their_quota_too() {
+    install_crypto();
+    let nodes = [hami_testkit::vendor_node::VendorNode::new("dcu").dcu(2, 65520)];
+    let c = Cluster::start_vendor_nodes(&nodes, Knobs::default()).await;
+    create_quota(
+        &c,
+        "dcu",
+        json!({"limits.hygon.com/dcumem": "3000", "limits.hygon.com/dcucores": "100"}),
+    )
+    .await;
+    wait_metric(&c, "quota_name=\"hygon.com/dcumem\"} 3000").await;
+    let dcu_pod = |name: &str| {
+        gpu_pod(
+            name,
+            &[
+                json!({"hygon.com/dcunum": "1", "hygon.com/dcumem": "2000", "hygon.com/dcucores": "30"}),
+            ],
+            json!({}),
+        )
+    };
+    c.create(&dcu_pod("a")).await;
+    c.create(&dcu_pod("b")).await;
+    assert_eq!(c.schedule("a").await, "dcu");
+    let f = c.filter("b").await;
+    assert_eq!(f.error, "");
+    let reason = f.failed_nodes.as_ref().unwrap()["dcu"].clone();
+    assert!(
+        reason.contains(
+            "ResourceQuotaNotFit (namespace default: limits.hygon.com/dcumem used 2000 + requested 2000 > hard limit 3000)"
+        ),
+        "{reason}"
+    );
+}

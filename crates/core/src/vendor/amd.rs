@@ -17,6 +17,7 @@ use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::fit::check_slots;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::reason::Reason;
 use crate::request::{RequestError, plain_integer};
 
@@ -102,6 +103,14 @@ impl Vendor for Amd {
             self.cfg.resource_memory_name.clone(),
             self.cfg.resource_core_name.clone(),
         ]
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(
+            &self.cfg.resource_memory_name,
+            &self.cfg.resource_core_name,
+            1,
+        )
     }
 
     fn count_resource(&self) -> &str {

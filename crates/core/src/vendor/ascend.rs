@@ -21,6 +21,7 @@ use super::{
 use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::reason::Reason;
 use crate::request::{RequestError, integer_resource};
 
@@ -307,6 +308,14 @@ impl Vendor for Ascend {
         .filter(|r| !r.is_empty())
         .cloned()
         .collect()
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(
+            &self.cfg.resource_memory_name,
+            &self.cfg.resource_core_name,
+            self.cfg.memory_factor,
+        )
     }
 
     fn count_resource(&self) -> &str {

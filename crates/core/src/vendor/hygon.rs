@@ -15,6 +15,7 @@ use super::{
 use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::request::RequestError;
 
 /// The vendor key of Hygon DCUs.
@@ -86,6 +87,14 @@ impl Vendor for Hygon {
             self.cfg.resource_memory_name.clone(),
             self.cfg.resource_core_name.clone(),
         ]
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(
+            &self.cfg.resource_memory_name,
+            &self.cfg.resource_core_name,
+            self.cfg.memory_factor,
+        )
     }
 
     fn count_resource(&self) -> &str {

@@ -14,6 +14,7 @@ use super::{
 use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::request::{RequestError, integer_resource};
 
 /// MiB per unit of the memory resource.
@@ -86,6 +87,14 @@ impl Vendor for Iluvatar {
             self.cfg.resource_memory_name.clone(),
             self.cfg.resource_core_name.clone(),
         ]
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(
+            &self.cfg.resource_memory_name,
+            &self.cfg.resource_core_name,
+            1,
+        )
     }
 
     fn count_resource(&self) -> &str {

@@ -21,6 +21,7 @@ use super::{
 use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::reason::Reason;
 use crate::request::{RequestError, integer_resource, plain_integer};
 
@@ -375,6 +376,10 @@ impl Vendor for KunlunVxpu {
             self.cfg.resource_v_count_name.clone(),
             self.cfg.resource_v_memory_name.clone(),
         ]
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(&self.cfg.resource_v_memory_name, "", 1)
     }
 
     fn count_resource(&self) -> &str {

@@ -19,6 +19,7 @@ use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::fit::{check_resources, check_slots};
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::reason::Reason;
 use crate::request::{RequestError, plain_integer};
 
@@ -301,6 +302,14 @@ impl Vendor for MetaxSgpu {
             self.cfg.resource_v_memory_name.clone(),
             self.cfg.resource_v_core_name.clone(),
         ]
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(
+            &self.cfg.resource_v_memory_name,
+            &self.cfg.resource_v_core_name,
+            1,
+        )
     }
 
     fn count_resource(&self) -> &str {

@@ -15,6 +15,7 @@ use super::{
 use crate::codec::CodecError;
 use crate::codec::selectors::SelectorKeys;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::request::{RequestError, plain_integer};
 
 /// The vendor key of Moore Threads GPUs.
@@ -83,6 +84,14 @@ impl Vendor for Mthreads {
             self.cfg.resource_memory_name.clone(),
             self.cfg.resource_core_name.clone(),
         ]
+    }
+
+    fn quota_resources(&self) -> QuotaResources {
+        QuotaResources::named(
+            &self.cfg.resource_memory_name,
+            &self.cfg.resource_core_name,
+            1,
+        )
     }
 
     fn count_resource(&self) -> &str {

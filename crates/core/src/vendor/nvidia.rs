@@ -65,12 +65,11 @@ impl Vendor for Nvidia {
     }
 
     fn quota_resources(&self) -> QuotaResources {
-        let named = |n: &String| Some(n.clone()).filter(|n| !n.trim().is_empty());
-        QuotaResources {
-            memory: named(&self.cfg.resource_memory_name),
-            cores: named(&self.cfg.resource_core_name),
-            memory_factor: self.cfg.memory_factor,
-        }
+        QuotaResources::named(
+            &self.cfg.resource_memory_name,
+            &self.cfg.resource_core_name,
+            self.cfg.memory_factor,
+        )
     }
 
     fn inventory_source(&self) -> InventorySource<'_> {
