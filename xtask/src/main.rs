@@ -156,6 +156,15 @@ fn build_release(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
     Ok(target.join("release").join(bin))
 }
 
+/// Component logs on stderr: `log_level`, else RUST_LOG, else errors only.
+fn init_logs(log_level: Option<String>) -> anyhow::Result<()> {
+    let filter = log_level
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "error".into());
+    hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
+        .context("setting up logs")
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -165,11 +174,7 @@ async fn main() -> anyhow::Result<()> {
             ui,
             log_level,
         } => {
-            let filter = log_level
-                .or_else(|| std::env::var("RUST_LOG").ok())
-                .unwrap_or_else(|| "error".into());
-            hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
-                .context("setting up logs")?;
+            init_logs(log_level)?;
             if demo::run(json, ui).await? {
                 Ok(())
             } else {
@@ -185,11 +190,7 @@ async fn main() -> anyhow::Result<()> {
             events_per_second,
             log_level,
         } => {
-            let filter = log_level
-                .or_else(|| std::env::var("RUST_LOG").ok())
-                .unwrap_or_else(|| "error".into());
-            hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
-                .context("setting up logs")?;
+            init_logs(log_level)?;
             let mut ok = true;
             for seed in seeds {
                 let spec = hami_e2e::chaos::ChaosSpec {
