@@ -18,35 +18,65 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
-/// One cluster shape.
+/// One cluster shape and the extender's policies.
 #[derive(Debug, Clone, Copy)]
 pub struct Scenario {
     pub name: &'static str,
     pub nodes: usize,
     pub gpus_per_node: usize,
     pub pods: usize,
+    /// `--node-scheduler-policy` and `--gpu-scheduler-policy`.
+    pub policies: (&'static str, &'static str),
 }
 
-pub const SCENARIOS: [Scenario; 3] = [
+/// The chart's default policies.
+const DEFAULT_POLICIES: (&str, &str) = ("binpack", "spread");
+
+/// Node and GPU policy `frag` (`docs/extender.md#node-and-gpu-policy-frag`).
+const FRAG_POLICIES: (&str, &str) = ("frag", "frag");
+
+pub const SCENARIOS: [Scenario; 5] = [
     Scenario {
         name: "50x8-1k",
         nodes: 50,
         gpus_per_node: 8,
         pods: 1_000,
+        policies: DEFAULT_POLICIES,
     },
     Scenario {
         name: "100x16-5k",
         nodes: 100,
         gpus_per_node: 16,
         pods: 5_000,
+        policies: DEFAULT_POLICIES,
     },
     Scenario {
         name: "5000x8-50k",
         nodes: 5_000,
         gpus_per_node: 8,
         pods: 50_000,
+        policies: DEFAULT_POLICIES,
+    },
+    Scenario {
+        name: "100x16-5k-frag",
+        nodes: 100,
+        gpus_per_node: 16,
+        pods: 5_000,
+        policies: FRAG_POLICIES,
+    },
+    Scenario {
+        name: "5000x8-50k-frag",
+        nodes: 5_000,
+        gpus_per_node: 8,
+        pods: 50_000,
+        policies: FRAG_POLICIES,
     },
 ];
+
+/// Names of the scenarios, for messages.
+pub fn scenario_names() -> String {
+    SCENARIOS.map(|s| s.name).join(", ")
+}
 
 /// Settings of one run.
 #[derive(Debug, Clone)]
@@ -86,8 +116,10 @@ fn node_object(i: usize, gpus: usize) -> Value {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": node_name(i), "labels": {"gpu": "on"},
             "annotations": {"hami.io/node-nvidia-register": encode_node_register_json(&devices)}},
-        "status": {"allocatable": {"nvidia.com/gpu": (gpus * 10).to_string()},
-                   "capacity": {"nvidia.com/gpu": (gpus * 10).to_string()}}
+        "status": {"allocatable": {"nvidia.com/gpu": (gpus * 10).to_string(),
+                                   "cpu": "95500m", "memory": "753Gi"},
+                   "capacity": {"nvidia.com/gpu": (gpus * 10).to_string(),
+                                "cpu": "96", "memory": "768Gi"}}
     })
 }
 
@@ -113,8 +145,9 @@ fn running_pod(i: usize, s: &Scenario) -> Value {
                 "hami.io/bind-phase": "success",
             }},
         "spec": {"nodeName": node_name(node), "schedulerName": "hami-scheduler",
-            "containers": [{"name": "main", "image": "cuda", "resources": {"limits":
-                {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}}}]},
+            "containers": [{"name": "main", "image": "cuda", "resources": {
+                "requests": {"cpu": "2", "memory": "8Gi"},
+                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}}}]},
         "status": {"phase": "Running"}
     })
 }
@@ -124,8 +157,9 @@ fn pending_pod(i: usize) -> Value {
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": format!("pending-{i:06}"), "namespace": "default"},
         "spec": {"schedulerName": "hami-scheduler",
-            "containers": [{"name": "main", "image": "cuda", "resources": {"limits":
-                {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "5"}}}]},
+            "containers": [{"name": "main", "image": "cuda", "resources": {
+                "requests": {"cpu": "4", "memory": "16Gi"},
+                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "5"}}}]},
     })
 }
 
@@ -372,6 +406,8 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
     Ok(json!({
         "scenario": s.name,
+        "node_policy": s.policies.0,
+        "gpu_policy": s.policies.1,
         "nodes": s.nodes,
         "gpus_per_node": s.gpus_per_node,
         "pods": s.pods,

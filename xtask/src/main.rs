@@ -99,7 +99,8 @@ enum Task {
     /// emulator with pre-filled caches. Prints one JSON object per scenario:
     /// scenario, nodes, gpus_per_node, pods, filter_p50_us, filter_p99_us, rss_mib, ...
     Bench {
-        /// Scenarios to run (50x8-1k, 100x16-5k, 5000x8-50k); all when none given.
+        /// Scenarios to run (50x8-1k, 100x16-5k, 5000x8-50k, and 100x16-5k-frag,
+        /// 5000x8-50k-frag with node and GPU policy frag); all when none given.
         #[arg(long = "scenario")]
         scenarios: Vec<String>,
         /// Timed /filter calls per scenario.
@@ -111,6 +112,17 @@ enum Task {
         /// Use this hami-scheduler binary instead of building it in release mode.
         #[arg(long)]
         binary: Option<PathBuf>,
+    },
+    /// Rerun the simulator over every openb variant and seed and rewrite the result
+    /// tables of docs/simulator.md (between its `sim-tables` markers) and
+    /// docs/simulator-default.svg. Deterministic: a rerun writes the same tables.
+    SimTables {
+        /// Seeds: `A..B` (inclusive) or a comma list.
+        #[arg(long, default_value = "42..51")]
+        seeds: String,
+        /// Worker threads (0: all cores).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
     },
     /// Benchmark the real hami-vgpu-monitor binary on one node with many containers
     /// (HAMi-core regions on disk, pods in the API server emulator). Prints one JSON
@@ -231,11 +243,25 @@ async fn main() -> anyhow::Result<()> {
                 .filter(|s| scenarios.is_empty() || scenarios.iter().any(|n| n == s.name))
                 .collect();
             if selected.is_empty() {
-                bail!("no such scenario; choose from 50x8-1k, 100x16-5k, 5000x8-50k");
+                bail!("no such scenario; choose from {}", bench::scenario_names());
             }
             for s in selected {
                 let line = bench::run_scenario(s, &args).await?;
                 println!("{line}");
+            }
+            Ok(())
+        }
+        Task::SimTables { seeds, threads } => {
+            let binary = build_release("hami-sim", "sim-tables")?;
+            let root = workspace_root();
+            let status = Command::new(binary)
+                .current_dir(&root)
+                .arg(format!("--seeds={seeds}"))
+                .arg(format!("--threads={threads}"))
+                .status()
+                .context("running sim-tables")?;
+            if !status.success() {
+                bail!("sim-tables failed");
             }
             Ok(())
         }

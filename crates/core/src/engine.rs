@@ -2,10 +2,12 @@
 //! devices, and produce the annotations the scheduler writes (`docs/protocol.md#filter`).
 
 use std::collections::BTreeMap;
+use std::hash::Hasher;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::Pod;
 use rayon::prelude::*;
+use rustc_hash::FxHasher;
 
 use crate::annotations as keys;
 use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
@@ -14,12 +16,15 @@ use crate::fit::{
     FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
     enough_devices_pass, fit_container_into,
 };
-use crate::frag::live::{FragModel, free_share};
+use crate::frag::live::{
+    CachedScore, FragModel, FragNode, NodeFrag, PodFrag, free_share, node_rank,
+};
 use crate::ledger::{Ledger, NodeState};
 use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
 use crate::reason::NODE_UNREGISTERED;
 use crate::request::{ContainerKind, PodRequests, RequestError};
+use crate::resources::{QuantityError, Resources, pod_requests};
 use crate::score::Usage;
 use crate::vendor::{ConstraintError, DeviceConstraints, VendorRegistry};
 
@@ -42,6 +47,9 @@ pub enum PlanError {
         key: &'static str,
         error: CodecError,
     },
+    /// The pod's CPU or memory requests do not parse (read by the `frag` policies only).
+    #[error(transparent)]
+    Resources(#[from] QuantityError),
 }
 
 /// Everything about a pod the engine needs, read once per scheduling attempt.
@@ -61,6 +69,9 @@ pub struct PodPlan {
     /// Typical workload of the `frag` policies; set (to the built-in model) only when
     /// the pod uses one. Replace with [`PodPlan::with_frag_model`].
     pub frag: Option<Arc<FragModel>>,
+    /// The pod's CPU and memory requests as kube-scheduler counts them; read (and set)
+    /// only when the pod uses a `frag` policy.
+    pub resources: Resources,
 }
 
 impl PodPlan {
@@ -98,6 +109,10 @@ impl PodPlan {
         }
         let kinds = requests.containers.iter().map(|c| c.kind).collect();
         let frag = (node_policy == NodePolicy::Frag || gpu_policy.frag).then(FragModel::builtin);
+        let resources = match frag {
+            Some(_) => pod_requests(pod)?,
+            None => Resources::ZERO,
+        };
         Ok(PodPlan {
             vendor_keys,
             requests,
@@ -108,6 +123,7 @@ impl PodPlan {
             constraints,
             quota: BTreeMap::new(),
             frag,
+            resources,
         })
     }
 
@@ -120,6 +136,40 @@ impl PodPlan {
     /// True when the pod asks for no managed device: the scheduler passes it through.
     pub fn is_empty(&self) -> bool {
         self.requests.is_empty()
+    }
+
+    /// A hash of everything a node's fit and score for this plan depend on (its debug
+    /// form: requests, policies, constraints, quota, resources, the `frag` model's id),
+    /// so a node's cached `frag` score is reused for the same pod shape only.
+    fn shape_key(&self) -> u64 {
+        use std::fmt::Write as _;
+        struct HashWriter(FxHasher);
+        impl std::fmt::Write for HashWriter {
+            fn write_str(&mut self, s: &str) -> std::fmt::Result {
+                self.0.write(s.as_bytes());
+                Ok(())
+            }
+        }
+        let mut w = HashWriter(FxHasher::default());
+        let _ = write!(w, "{self:?}");
+        w.0.finish()
+    }
+}
+
+/// A node's score for a pod: what is reported, and what nodes are ranked by (the same
+/// number but under node policy `frag`, whose nodes rank by the quantised score).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Scored {
+    score: f32,
+    rank: f64,
+}
+
+impl Scored {
+    fn plain(score: f32) -> Self {
+        Scored {
+            score,
+            rank: f64::from(score),
+        }
     }
 }
 
@@ -165,8 +215,8 @@ pub fn fit_node(
 ) -> Result<NodeFit, FitFailure> {
     let mut scratch = Scratch::default();
     let steps = compile(plan, registry)?;
-    let score = fit_node_compact(plan, &steps, node, &mut scratch)?;
-    Ok(materialize(plan, node, &scratch.picks, score))
+    let scored = fit_node_compact(plan, &steps, node, &mut scratch)?;
+    Ok(materialize(plan, node, &scratch.picks, scored.score))
 }
 
 /// One container's request for one vendor, resolved once per placement so the per-node
@@ -214,12 +264,46 @@ fn compile<'p>(
                     policy: &plan.gpu_policy,
                     weights: &plan.weights,
                     quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
-                    frag: plan.frag.as_deref().filter(|_| plan.gpu_policy.frag),
+                    // Set per node (the score reads the node's CPU and memory).
+                    frag: None,
                 },
             });
         }
     }
     Ok(steps)
+}
+
+/// The `frag` view of `node` for the plan's pod, when a `frag` policy is in use.
+fn frag_node<'m>(plan: &'m PodPlan, node: &NodeState) -> Option<FragNode<'m>> {
+    let model = plan.frag.as_deref()?;
+    if plan.node_policy != NodePolicy::Frag && !plan.gpu_policy.frag {
+        return None;
+    }
+    let model_id = node.primary_device_type().map_or(0, |t| model.model_of(t));
+    let view = match node.resources().free() {
+        Some(free) => NodeFrag {
+            model: model_id,
+            cpu_free: free.cpu_milli,
+            mem_free_mib: free.memory_mib(),
+        },
+        None => NodeFrag::unconstrained(model_id),
+    };
+    let pod = PodFrag {
+        cpu_milli: plan.resources.cpu_milli,
+        mem_mib: plan.resources.memory_mib(),
+    };
+    let shares = node_shares(node);
+    let before = node
+        .frag_cache()
+        .phi(model.id(), || model.node(view, pod, &shares, None).before());
+    Some(model.node(view, pod, &shares, Some(before)))
+}
+
+/// Free shares of every device of the node, in group order.
+fn node_shares(node: &NodeState) -> Vec<i32> {
+    node.groups()
+        .flat_map(|(vd, us)| vd.devices.iter().zip(us).map(|(d, u)| free_share(d, u)))
+        .collect()
 }
 
 /// The fit without building device strings; picks are left in `scratch.picks`.
@@ -228,7 +312,9 @@ fn fit_node_compact(
     steps: &[Step<'_>],
     node: &NodeState,
     scratch: &mut Scratch,
-) -> Result<f32, FitFailure> {
+) -> Result<Scored, FitFailure> {
+    let frag = frag_node(plan, node);
+    let device_frag = frag.filter(|_| plan.gpu_policy.frag);
     let vendors = &plan.vendor_keys;
     scratch.work.resize_with(vendors.len(), Vec::new);
     scratch.picks.resize_with(vendors.len(), Vec::new);
@@ -249,6 +335,8 @@ fn fit_node_compact(
         let set = scratch.groups[vi]
             .and_then(|g| node.device_set(g))
             .ok_or(FitFailure::InsufficientDevices)?;
+        let mut settings = step.settings;
+        settings.frag = device_frag;
         if step.init {
             scratch.init_work.clear();
             scratch.init_work.extend_from_slice(&scratch.work[vi]);
@@ -257,7 +345,7 @@ fn fit_node_compact(
                 set,
                 &mut scratch.init_work,
                 step.req,
-                step.settings,
+                settings,
                 &mut init_totals,
                 &mut scratch.fit,
                 &mut scratch.container_picks,
@@ -267,7 +355,7 @@ fn fit_node_compact(
                 set,
                 &mut scratch.work[vi],
                 step.req,
-                step.settings,
+                settings,
                 &mut scratch.totals[vi],
                 &mut scratch.fit,
                 &mut scratch.container_picks,
@@ -278,23 +366,26 @@ fn fit_node_compact(
             pick,
         }));
     }
-    if let (NodePolicy::Frag, Some(model)) = (plan.node_policy, plan.frag.as_deref()) {
-        return Ok(frag_gain(model, plan, node, &scratch.picks));
+    if let (NodePolicy::Frag, Some(frag)) = (plan.node_policy, frag) {
+        let gain = frag_gain(&frag, plan, node, &scratch.picks);
+        return Ok(Scored {
+            score: gain as f32,
+            rank: node_rank(gain),
+        });
     }
-    Ok(node.score())
+    Ok(Scored::plain(node.score()))
 }
 
-/// Node score of node policy `frag`: the fragmentation the picks remove (regular
-/// init containers do not stay, so they do not count).
-fn frag_gain(model: &FragModel, plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>]) -> f32 {
-    let (mut before, mut after) = (Vec::new(), Vec::new());
+/// Node score of node policy `frag`: Φ(before) − Φ(after) of the picks, the
+/// fragmentation they remove (regular init containers do not stay, so they do not count).
+fn frag_gain(frag: &FragNode<'_>, plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>]) -> f64 {
+    let mut after = Vec::new();
     for (vd, us) in node.groups() {
         let vi = plan.vendor_keys.iter().position(|k| *k == vd.vendor);
         let placed = vi
             .and_then(|vi| picks.get(vi))
             .map_or(&[][..], Vec::as_slice);
         for (i, (d, u)) in vd.devices.iter().zip(us).enumerate() {
-            before.push(free_share(d, u));
             let mut a = *u;
             for p in placed.iter().filter(|p| p.pick.pos == i) {
                 if plan.kinds.get(p.container) != Some(&ContainerKind::Init) {
@@ -304,7 +395,7 @@ fn frag_gain(model: &FragModel, plan: &PodPlan, node: &NodeState, picks: &[Vec<P
             after.push(free_share(d, &a));
         }
     }
-    model.node_gain(&before, &after)
+    frag.gain(&after)
 }
 
 /// Builds the wire form of compact picks.
@@ -401,6 +492,18 @@ pub fn place_best<'a>(
     place_reporting(plan, registry, ledger, candidates, |_, _| {})
 }
 
+/// [`place_best`] scanning every candidate on the calling thread: for callers that run
+/// many placements side by side already (a simulation per thread), where splitting one
+/// placement's scan only adds hand-offs. Same result as [`place_best`].
+pub fn place_best_serial<'a>(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    ledger: &Ledger,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<(String, NodeFit)> {
+    place_with(plan, registry, ledger, candidates, |_, _| {}, false)
+}
+
 /// Fits the pod on every candidate, reporting each outcome to `report` (`Ok(score)`
 /// for a fit, `Err(None)` for a node the ledger does not know, `Err(Some(f))` for a
 /// misfit), and returns the best node under the pod's node policy. For callers that
@@ -411,13 +514,29 @@ pub fn place_reporting<'a>(
     registry: &VendorRegistry,
     ledger: &Ledger,
     candidates: impl IntoIterator<Item = &'a str>,
+    report: impl FnMut(&'a str, Result<f32, Option<FitFailure>>),
+) -> Option<(String, NodeFit)> {
+    place_with(plan, registry, ledger, candidates, report, true)
+}
+
+fn place_with<'a>(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    ledger: &Ledger,
+    candidates: impl IntoIterator<Item = &'a str>,
     mut report: impl FnMut(&'a str, Result<f32, Option<FitFailure>>),
+    parallel: bool,
 ) -> Option<(String, NodeFit)> {
     let steps = compile(plan, registry);
+    let cache = ScoreCaching::for_plan(plan, ledger);
     let names: Vec<&'a str> = candidates.into_iter().collect();
-    let threads = rayon::current_num_threads();
+    let threads = if parallel {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
     let best = if names.len() < PARALLEL_MIN || threads < 2 {
-        scan(plan, &steps, ledger, &names, &mut report)
+        scan(plan, &steps, cache, ledger, &names, &mut report)
     } else {
         // Chunks are scanned in parallel; outcomes are reported in candidate order and
         // the winner is chosen by the same total order, so the result does not depend
@@ -427,7 +546,9 @@ pub fn place_reporting<'a>(
             .par_chunks(chunk)
             .map(|part| {
                 let mut outcomes = Vec::with_capacity(part.len());
-                let best = scan(plan, &steps, ledger, part, &mut |_, o| outcomes.push(o));
+                let best = scan(plan, &steps, cache, ledger, part, &mut |_, o| {
+                    outcomes.push(o)
+                });
                 (outcomes, best)
             })
             .collect();
@@ -440,9 +561,9 @@ pub fn place_reporting<'a>(
                 && best.as_ref().is_none_or(|cur| {
                     better_node(
                         plan.node_policy,
-                        b.score,
+                        b.scored.rank,
                         b.node.name(),
-                        cur.score,
+                        cur.scored.rank,
                         cur.node.name(),
                     )
                 })
@@ -452,12 +573,21 @@ pub fn place_reporting<'a>(
         }
         best
     };
-    best.map(|b| {
-        (
-            b.node.name().to_string(),
-            materialize(plan, b.node, &b.picks, b.score),
-        )
-    })
+    let best = best?;
+    let picks = match best.picks {
+        Some(p) => p,
+        // Chosen from a cached score: fit it again for its devices (same node state, same
+        // plan, same picks).
+        None => {
+            let mut scratch = Scratch::default();
+            fit_node_compact(plan, steps.as_ref().ok()?, best.node, &mut scratch).ok()?;
+            scratch.picks
+        }
+    };
+    Some((
+        best.node.name().to_string(),
+        materialize(plan, best.node, &picks, best.scored.score),
+    ))
 }
 
 /// Candidates below which the scan stays on the calling thread.
@@ -466,65 +596,117 @@ const PARALLEL_MIN: usize = 512;
 /// What a node's fit reports.
 type Outcome = Result<f32, Option<FitFailure>>;
 
-/// The best node of a scan and its compact picks.
+/// The best node of a scan and its compact picks (`None`: not chosen yet).
 struct Best<'l> {
     node: &'l NodeState,
-    score: f32,
-    picks: Vec<Vec<Placed>>,
+    scored: Scored,
+    picks: Option<Vec<Vec<Placed>>>,
+}
+
+/// Whether a placement reads and fills the nodes' `frag` score caches: under node policy
+/// `frag`, whose scores cost a fragmentation measure per device, with the plan's shape key.
+#[derive(Debug, Clone, Copy)]
+struct ScoreCaching {
+    key: u64,
+    capacity: usize,
+}
+
+impl ScoreCaching {
+    fn for_plan(plan: &PodPlan, ledger: &Ledger) -> Option<Self> {
+        let capacity = ledger.score_cache_capacity();
+        (plan.node_policy == NodePolicy::Frag && plan.frag.is_some() && capacity > 0).then(|| {
+            ScoreCaching {
+                key: plan.shape_key(),
+                capacity,
+            }
+        })
+    }
 }
 
 /// Fits the pod on each of `names` in order, reporting every outcome; the best node.
 fn scan<'a, 'l>(
     plan: &PodPlan,
     steps: &Result<Vec<Step<'_>>, FitFailure>,
+    cache: Option<ScoreCaching>,
     ledger: &'l Ledger,
     names: &[&'a str],
     report: &mut impl FnMut(&'a str, Outcome),
 ) -> Option<Best<'l>> {
     let mut scratch = Scratch::default();
-    let mut best: Option<(&'l NodeState, f32)> = None;
+    // The best node, and whether its picks are in `scratch.best`.
+    let mut best: Option<(&'l NodeState, Scored, bool)> = None;
     let quick = steps.as_ref().ok().and_then(|s| quick_step(plan, s));
     for &name in names {
         let Some(node) = ledger.node(name) else {
             report(name, Err(None));
             continue;
         };
-        let fitted = match (steps, quick) {
-            (Ok(steps), Some(step)) => {
+        let cached = cache.and_then(|c| node.frag_cache().score(c.key));
+        let fitted = match (steps, quick, cached) {
+            (_, _, Some(c)) => Ok((
+                Scored {
+                    score: c.score,
+                    rank: c.rank,
+                },
+                false,
+            )),
+            (Ok(steps), Some(step), None) => {
                 match fits_anywhere(node, step, &plan.vendor_keys[step.vi]) {
-                    Some(true) => Ok(node.score()),
+                    Some(true) => Ok((Scored::plain(node.score()), false)),
                     // Not enough devices: the full fit says why, exactly as always.
-                    _ => fit_node_compact(plan, steps, node, &mut scratch),
+                    _ => fit_node_compact(plan, steps, node, &mut scratch).map(|s| (s, true)),
                 }
             }
-            (Ok(steps), None) => fit_node_compact(plan, steps, node, &mut scratch),
-            (Err(f), _) => Err(f.clone()),
+            (Ok(steps), None, None) => {
+                fit_node_compact(plan, steps, node, &mut scratch).map(|s| (s, true))
+            }
+            (Err(f), _, None) => Err(f.clone()),
         };
         match fitted {
             Err(f) => report(name, Err(Some(f))),
-            Ok(score) => {
-                report(name, Ok(score));
-                let better = best.is_none_or(|(b, b_score)| {
-                    better_node(plan.node_policy, score, name, b_score, b.name())
+            Ok((scored, has_picks)) => {
+                if let (Some(c), None) = (cache, cached) {
+                    node.frag_cache().put(
+                        c.key,
+                        CachedScore {
+                            score: scored.score,
+                            rank: scored.rank,
+                        },
+                        c.capacity,
+                    );
+                }
+                report(name, Ok(scored.score));
+                let better = best.is_none_or(|(b, b_scored, _)| {
+                    better_node(plan.node_policy, scored.rank, name, b_scored.rank, b.name())
                 });
                 if better {
-                    best = Some((node, score));
-                    std::mem::swap(&mut scratch.best, &mut scratch.picks);
+                    best = Some((node, scored, has_picks));
+                    if has_picks {
+                        std::mem::swap(&mut scratch.best, &mut scratch.picks);
+                    }
                 }
             }
         }
     }
-    let (node, score) = best?;
-    let picks = match (steps, quick) {
-        // Only the winner's devices are chosen (same fit, same picks as without the
-        // shortcut).
-        (Ok(steps), Some(_)) => {
-            fit_node_compact(plan, steps, node, &mut scratch).ok()?;
-            std::mem::take(&mut scratch.picks)
+    let (node, scored, has_picks) = best?;
+    // Only the winner's devices are chosen when its fit was skipped (same fit, same
+    // picks as without the shortcut); the caller fits it again if this scan cannot.
+    let picks = if has_picks {
+        Some(std::mem::take(&mut scratch.best))
+    } else {
+        match steps {
+            Ok(steps) => {
+                fit_node_compact(plan, steps, node, &mut scratch).ok()?;
+                Some(std::mem::take(&mut scratch.picks))
+            }
+            Err(_) => None,
         }
-        _ => std::mem::take(&mut scratch.best),
     };
-    Some(Best { node, score, picks })
+    Some(Best {
+        node,
+        scored,
+        picks,
+    })
 }
 
 /// The one step of a plan whose nodes can be ranked without choosing devices: one
@@ -551,13 +733,13 @@ fn fits_anywhere(node: &NodeState, step: &Step<'_>, vendor_key: &str) -> Option<
     ))
 }
 
-/// Whether node `a` beats node `b` under the policy; ties go to the smaller name.
-fn better_node(policy: NodePolicy, a_score: f32, a: &str, b_score: f32, b: &str) -> bool {
-    let by_score = match policy {
-        NodePolicy::Binpack | NodePolicy::Frag => a_score.total_cmp(&b_score),
-        NodePolicy::Spread => b_score.total_cmp(&a_score),
+/// Whether node `a` beats node `b` under the policy, by rank; ties go to the smaller name.
+fn better_node(policy: NodePolicy, a_rank: f64, a: &str, b_rank: f64, b: &str) -> bool {
+    let by_rank = match policy {
+        NodePolicy::Binpack | NodePolicy::Frag => a_rank.total_cmp(&b_rank),
+        NodePolicy::Spread => b_rank.total_cmp(&a_rank),
     };
-    by_score.then_with(|| b.cmp(a)).is_gt()
+    by_rank.then_with(|| b.cmp(a)).is_gt()
 }
 
 /// The pod annotations the scheduler writes for a placement

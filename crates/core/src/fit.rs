@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use crate::codec::scoring_weights::ScoringWeights;
 use crate::codec::topology::PairScores;
-use crate::frag::live::FragModel;
+use crate::frag::live::FragNode;
 use crate::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use crate::policy::{DeviceKeys, GpuPolicy};
 use crate::reason::{NODE_INSUFFICIENT_DEVICE, Reason, ReasonCounts};
@@ -63,8 +63,9 @@ pub struct FitSettings<'a> {
     pub policy: &'a GpuPolicy,
     pub weights: &'a ScoringWeights,
     pub quota: QuotaBudget,
-    /// Set for GPU policy `frag`: device scores come from the fragmentation model.
-    pub frag: Option<&'a FragModel>,
+    /// Set for GPU policy `frag` (per node): device scores come from the fragmentation
+    /// model's view of the node.
+    pub frag: Option<FragNode<'a>>,
 }
 
 impl FitSettings<'_> {

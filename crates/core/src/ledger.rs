@@ -17,9 +17,11 @@ use crate::codec::{
     CodecError, decode_pod_single_device, decode_topology_scores, parse_device_cordon,
 };
 use crate::fit::{DeviceFacts, DeviceSet};
+use crate::frag::live::NodeFragCache;
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::pod;
 use crate::request::ContainerKind;
+use crate::resources::Resources;
 use crate::score::{Usage, node_score};
 use crate::vendor::VendorRegistry;
 
@@ -243,6 +245,30 @@ pub fn container_kinds(pod: &Pod) -> Vec<ContainerKind> {
         .collect()
 }
 
+/// A node's CPU and memory as kube-scheduler counts them: what it has for pods and what
+/// the pods bound (or reserved) there request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct NodeResources {
+    /// `status.allocatable`; `None` while unknown.
+    pub allocatable: Option<Resources>,
+    pub requested: Resources,
+}
+
+impl NodeResources {
+    /// Allocatable less requested, when the allocatable amounts are known.
+    pub fn free(&self) -> Option<Resources> {
+        self.allocatable.map(|a| a.saturating_sub(self.requested))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.allocatable.is_none() && self.requested == Resources::ZERO
+    }
+}
+
+/// Pod shapes whose frag node scores a node remembers by default
+/// ([`Ledger::set_score_cache_capacity`]).
+pub const DEFAULT_SCORE_CACHE_CAPACITY: usize = 32;
+
 /// One node as the placement engine reads it.
 #[derive(Debug, Clone)]
 pub struct NodeState {
@@ -256,10 +282,14 @@ pub struct NodeState {
     /// [`node_score`] of the current usage, kept up to date as pods come and go: every
     /// placement reads it for every candidate.
     score: f32,
+    /// CPU and memory.
+    resources: NodeResources,
+    /// Scores of the `frag` policies for the node as it is; cleared on every change.
+    frag: NodeFragCache,
 }
 
 impl NodeState {
-    fn new(name: &str, inventory: Arc<NodeInventory>) -> Self {
+    fn new(name: &str, inventory: Arc<NodeInventory>, resources: NodeResources) -> Self {
         let usage = inventory
             .vendors
             .iter()
@@ -281,9 +311,31 @@ impl NodeState {
             usage,
             facts,
             score: 0.0,
+            resources,
+            frag: NodeFragCache::default(),
         };
         state.rescore();
         state
+    }
+
+    /// CPU and memory of the node.
+    pub fn resources(&self) -> NodeResources {
+        self.resources
+    }
+
+    /// The `frag` policies' cache for this node as it is now.
+    pub fn frag_cache(&self) -> &NodeFragCache {
+        &self.frag
+    }
+
+    /// Type of the node's first device: the node's GPU model for the `frag` policies.
+    pub fn primary_device_type(&self) -> Option<&str> {
+        self.inventory
+            .vendors
+            .iter()
+            .flat_map(|v| v.devices.first())
+            .map(|d| d.dev_type.as_str())
+            .next()
     }
 
     fn rescore(&mut self) {
@@ -391,6 +443,7 @@ impl NodeState {
             }
         }
         self.rescore();
+        self.frag.clear();
         unknown
     }
 }
@@ -416,6 +469,10 @@ pub struct Ledger {
     interned: FxHashSet<Arc<str>>,
     /// Records removed since unused interned strings were last dropped.
     removed_since_prune: usize,
+    /// CPU and memory per node, also of nodes not (or not yet) registered.
+    resources: FxHashMap<Arc<str>, NodeResources>,
+    /// Pod shapes whose frag scores each node remembers; `None` = the default.
+    score_cache_capacity: Option<usize>,
 }
 
 /// Removals between two sweeps of interned strings nobody uses any more (deleted nodes
@@ -438,7 +495,8 @@ impl Ledger {
         {
             return;
         }
-        let mut state = NodeState::new(name, inventory);
+        let resources = self.resources.get(name).copied().unwrap_or_default();
+        let mut state = NodeState::new(name, inventory, resources);
         if let Some(uids) = self.pods_by_node.get(name) {
             for uid in uids {
                 if let Some(rec) = self.pods.get(uid) {
@@ -512,9 +570,69 @@ impl Ledger {
         Some(rec)
     }
 
-    /// Drops everything (before a full relist).
+    /// Sets a node's allocatable CPU and memory (`None`: unknown, e.g. deleted).
+    pub fn set_node_allocatable(&mut self, name: &str, allocatable: Option<Resources>) {
+        self.update_resources(name, |r| r.allocatable = allocatable);
+    }
+
+    /// Adds `delta` to what the pods on a node request (subtracts with `add = false`).
+    pub fn add_node_requests(&mut self, name: &str, delta: Resources, add: bool) {
+        if delta == Resources::ZERO {
+            return;
+        }
+        self.update_resources(name, |r| {
+            r.requested = if add {
+                r.requested.saturating_add(delta)
+            } else {
+                r.requested.saturating_sub(delta)
+            }
+        });
+    }
+
+    fn update_resources(&mut self, name: &str, change: impl FnOnce(&mut NodeResources)) {
+        let key = match self.resources.get_key_value(name) {
+            Some((k, _)) => k.clone(),
+            None => self.intern(name),
+        };
+        let entry = self.resources.entry(key.clone()).or_default();
+        let before = *entry;
+        change(entry);
+        let now = *entry;
+        if now.is_empty() {
+            self.resources.remove(&key);
+        }
+        if now != before
+            && let Some(node) = self.nodes.get_mut(name)
+        {
+            node.resources = now;
+            node.frag.clear();
+        }
+    }
+
+    /// A node's CPU and memory, registered or not.
+    pub fn node_resources(&self, name: &str) -> NodeResources {
+        self.resources.get(name).copied().unwrap_or_default()
+    }
+
+    /// Pod shapes whose `frag` node scores each node remembers (memory: about 16 bytes
+    /// each per node); the engine drops a node's entries when it reaches this many.
+    pub fn score_cache_capacity(&self) -> usize {
+        self.score_cache_capacity
+            .unwrap_or(DEFAULT_SCORE_CACHE_CAPACITY)
+    }
+
+    /// Sets [`Ledger::score_cache_capacity`]: larger for callers placing many different
+    /// pod shapes on few nodes (simulations), 0 to cache nothing.
+    pub fn set_score_cache_capacity(&mut self, capacity: usize) {
+        self.score_cache_capacity = Some(capacity);
+    }
+
+    /// Drops everything (before a full relist) but its settings.
     pub fn clear(&mut self) {
-        *self = Ledger::default();
+        *self = Ledger {
+            score_cache_capacity: self.score_cache_capacity,
+            ..Ledger::default()
+        };
     }
 
     pub fn node(&self, name: &str) -> Option<&NodeState> {
@@ -566,7 +684,7 @@ impl Ledger {
     /// bookkeeping against the definition.
     pub fn recomputed_usage(&self, name: &str) -> Option<Vec<Vec<Usage>>> {
         let node = self.nodes.get(name)?;
-        let mut fresh = NodeState::new(name, node.inventory.clone());
+        let mut fresh = NodeState::new(name, node.inventory.clone(), node.resources);
         for rec in self.pods.values().filter(|r| &*r.node == name) {
             fresh.charge(&rec.charges, true);
         }

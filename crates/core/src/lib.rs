@@ -2,7 +2,7 @@
 //!
 //! No I/O, no async, no Kubernetes client: services feed it objects and get back
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
-//! [`config`] and [`request`] (what pods ask for), [`vendor`] (what differs per
+//! [`config`], [`request`] and [`resources`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
 //! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes), [`explain`]
 //! and [`view`] (placements and usage as people read them). [`pod`] holds the rules about
@@ -25,6 +25,7 @@ pub mod pod;
 pub mod policy;
 pub mod reason;
 pub mod request;
+pub mod resources;
 pub mod score;
 pub mod shared_region;
 pub mod sync;

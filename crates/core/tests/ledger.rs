@@ -165,3 +165,28 @@ fn cached_node_scores_follow_every_change() {
     add_node(&mut ledger, "n", 3, 1000);
     assert_eq!(ledger.node("n").unwrap().score(), fresh(&ledger));
 }
+
+/// A node's CPU and memory are kept whether or not the node is registered, survive a new
+/// registration, and are forgotten once nothing is known of them.
+#[test]
+fn node_resources_outlive_registrations() {
+    use hami_core::ledger::NodeResources;
+    use hami_core::resources::Resources;
+    let mut ledger = Ledger::new();
+    // A pod bound before the node registers its devices.
+    ledger.add_node_requests("n", Resources::new(1_000, 1 << 30), true);
+    ledger.set_node_allocatable("n", Some(Resources::new(8_000, 16 << 30)));
+    add_node(&mut ledger, "n", 2, 1000);
+    let free = |l: &Ledger| l.node("n").and_then(|n| n.resources().free());
+    assert_eq!(free(&ledger), Some(Resources::new(7_000, 15 << 30)));
+    add_node(&mut ledger, "n", 4, 1000);
+    assert_eq!(free(&ledger), Some(Resources::new(7_000, 15 << 30)));
+    ledger.remove_node("n");
+    add_node(&mut ledger, "n", 2, 1000);
+    ledger.add_node_requests("n", Resources::new(3_000, 0), true);
+    assert_eq!(free(&ledger), Some(Resources::new(4_000, 15 << 30)));
+    ledger.add_node_requests("n", Resources::new(4_000, 1 << 30), false);
+    ledger.set_node_allocatable("n", None);
+    assert_eq!(ledger.node_resources("n"), NodeResources::default());
+    assert_eq!(free(&ledger), None);
+}

@@ -151,7 +151,7 @@ impl Extender {
             return Err(fail(ErrorReason::NoPod, "extender args carry no Pod"));
         };
         let pod_id = FilterPod::of(pod);
-        let plan = self.plan(pod, &pod_id)?;
+        let mut plan = self.plan(pod, &pod_id)?;
         if plan.is_empty() {
             // Not ours: every candidate passes.
             return Ok((passthrough(args), FilterOutcome::Passthrough));
@@ -165,7 +165,7 @@ impl Extender {
         self.wait_synced()
             .await
             .map_err(|e| fail(ErrorReason::NotSynced, e))?;
-        let decision = self.place_and_reserve(&plan, &pod_id, &candidates(&args), unix_now());
+        let decision = self.place_and_reserve(&mut plan, &pod_id, &candidates(&args), unix_now());
         match decision {
             Decision::Placed(placed) => {
                 let node = placed.node.clone();
@@ -207,7 +207,7 @@ impl Extender {
     /// state lock. The full per-node report is only built when no node fits.
     fn place_and_reserve(
         &self,
-        plan: &PodPlan,
+        plan: &mut PodPlan,
         pod_id: &FilterPod,
         candidates: &[&str],
         now: i64,
@@ -215,6 +215,11 @@ impl Extender {
         let mut tally = Tally::default();
         let mut st = self.lock_state();
         st.begin_filter(&pod_id.uid, now);
+        if plan.frag.is_some() {
+            // The workload learnt from this cluster's pods, not the built-in one.
+            plan.frag = Some(st.frag_model(now));
+        }
+        let plan = &*plan;
         let chosen = place_reporting(
             plan,
             &self.registry,
@@ -236,6 +241,9 @@ impl Extender {
             annotations: &annotations,
             at: now,
         });
+        if plan.frag.is_some() {
+            st.reserve_resources(&pod_id.uid, &node, plan.resources);
+        }
         drop(st);
         if !report.unknown_devices.is_empty() {
             tracing::error!(%node, devices = ?report.unknown_devices, "reserved devices the node does not register");

@@ -4,17 +4,21 @@
 //! over HTTP ([`wire`] has the protocol). Decisions come from hami-core's placement
 //! engine over [`state::SchedState`], which watches of nodes and pods keep current
 //! ([`watch`]); [`housekeeping`] takes nodes whose device plugin stopped reporting out of
-//! scheduling ([`health`]) and expires reservations that were never bound.
+//! scheduling ([`health`]) and expires reservations that were never bound. The `frag`
+//! policies read each node's CPU and memory ([`pod_resources`]) and a typical workload
+//! learnt from the pods seen ([`frag_workload`]).
 
 pub mod bind;
 pub mod cli;
 pub mod dashboard;
 pub mod filter;
 pub mod filter_report;
+pub mod frag_workload;
 pub mod health;
 pub mod housekeeping;
 pub mod leader;
 pub mod metrics;
+pub mod pod_resources;
 pub mod run;
 pub mod service;
 pub mod slim;

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use crate::cli::Cli;
 use crate::dashboard::Dashboard;
+use crate::frag_workload::admin_routes;
 use crate::housekeeping::{self, expire_reservations};
 use crate::leader::{Leadership, LeaseRef, follow_lease};
 use crate::metrics::Metrics;
@@ -238,11 +239,12 @@ pub async fn serve_service(
         },
         svc.settings,
     ));
+    let admin_routes = admin_routes(extender.state.clone(), dashboard);
     supervise_admin_with(
         &mut sup,
         Relistener::new(svc.admin_listener)?,
         admin,
-        dashboard,
+        Some(admin_routes),
         svc.admin_tls,
     );
     let listener = Relistener::new(svc.listener)?;

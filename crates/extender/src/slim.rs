@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodStatus, ResourceRequirements};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Deserialize;
 
@@ -28,7 +29,7 @@ struct SlimMeta {
     annotations: Option<BTreeMap<String, String>>,
 }
 
-/// What placement reads of a pod spec.
+/// What placement and accounting read of a pod spec.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SlimSpec {
@@ -36,6 +37,10 @@ pub struct SlimSpec {
     init_containers: Option<Vec<SlimContainer>>,
     node_name: Option<String>,
     scheduler_name: Option<String>,
+    /// Counted in the pod's CPU and memory requests (kube-scheduler's rule).
+    overhead: Option<BTreeMap<String, Quantity>>,
+    /// Pod-level requests, where set.
+    resources: Option<ResourceRequirements>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -77,6 +82,8 @@ impl SlimSpec {
                 .map(|cs| cs.into_iter().map(SlimContainer::into_container).collect()),
             node_name: self.node_name,
             scheduler_name: self.scheduler_name,
+            overhead: self.overhead,
+            resources: self.resources,
             ..PodSpec::default()
         }
     }

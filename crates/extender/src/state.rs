@@ -25,16 +25,23 @@ use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use hami_core::annotations as keys;
+use hami_core::engine::PlanError;
+use hami_core::frag::live::FragModel;
+use hami_core::frag::observed::PodShape;
 use hami_core::holding::{self, Expiry, Standing};
 use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
 };
 use hami_core::model::PodSingleDevice;
 use hami_core::request::{ContainerKind, plain_integer};
+use hami_core::resources::{QuantityError, Resources, node_allocatable, pod_requests};
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::{FxHashMap, FxHashSet};
+use serde_json::Value;
 
+use crate::frag_workload::LiveFrag;
+use crate::pod_resources::{PodRequestsSeen, PodResourceBook};
 use crate::unschedulable::{Refusal, Unschedulable};
 
 /// Abandoned decisions remembered per pod.
@@ -121,6 +128,10 @@ pub struct PodApplied {
     pub report: ApplyReport,
     /// The pod is bound to another node than the one its annotations name.
     pub bound_elsewhere: Option<(String, String)>,
+    /// The pod's CPU or memory requests do not parse: it counts as requesting none.
+    pub resources_error: Option<QuantityError>,
+    /// The pod's requests could not be read for the typical workload: not counted there.
+    pub shape_error: Option<PlanError>,
 }
 
 /// /filter's decision for a pod, as [`SchedState::reserve`] records it.
@@ -170,6 +181,10 @@ pub struct SchedState {
     /// Keys the signature hash: annotations cannot be crafted to collide with a
     /// decision of this process.
     hasher: RandomState,
+    /// CPU and memory requests of every pod, summed per node into the ledger.
+    resources: PodResourceBook,
+    /// The typical workload of the `frag` policies.
+    frag: LiveFrag,
     /// Pods /filter refused, until they are placed, bound or gone (the dashboard's
     /// pending pods).
     unschedulable: Unschedulable,
@@ -189,8 +204,26 @@ impl SchedState {
             nodes_synced: false,
             pods_synced: false,
             hasher: RandomState::new(),
+            resources: PodResourceBook::default(),
+            frag: LiveFrag::default(),
             unschedulable: Unschedulable::default(),
         }
+    }
+
+    /// The fragmentation model the `frag` policies place with at `now`: learnt from the
+    /// pods seen (`docs/extender.md#the-typical-workload`).
+    pub fn frag_model(&mut self, now: i64) -> Arc<FragModel> {
+        self.frag.model(&self.ledger, now)
+    }
+
+    /// What `/debug/frag-workload` shows.
+    pub fn frag_view(&self) -> Value {
+        self.frag.view(&self.ledger)
+    }
+
+    /// Pods whose CPU and memory requests are counted (every non-terminal pod seen).
+    pub fn counted_pods(&self) -> usize {
+        self.resources.len()
     }
 
     pub fn registry(&self) -> &VendorRegistry {
@@ -280,12 +313,22 @@ impl SchedState {
         let issues = changed.then(|| entry.issues.clone());
         self.nodes.insert(name.clone(), entry);
         self.refresh_ledger_node(&name);
+        if changed {
+            self.frag.note_registration_change();
+        }
+        let allocatable = node_allocatable(node).unwrap_or_else(|e| {
+            tracing::warn!(node = %name, error = %e, "node allocatable unreadable; its CPU and memory count as unknown");
+            None
+        });
+        self.ledger.set_node_allocatable(&name, allocatable);
         issues
     }
 
     pub fn delete_node(&mut self, name: &str) {
         self.nodes.remove(name);
         self.ledger.remove_node(name);
+        self.ledger.set_node_allocatable(name, None);
+        self.frag.note_registration_change();
     }
 
     /// After a node relist: forgets nodes that were not listed.
@@ -376,6 +419,7 @@ impl SchedState {
             self.delete_pod(uid_str);
             return out;
         }
+        self.count_requests(pod, uid_str, &mut out);
         if hami_core::pod::bound_node(pod).is_some() {
             self.unschedulable.forget(uid_str);
         }
@@ -453,8 +497,30 @@ impl SchedState {
         out
     }
 
+    /// Counts the pod's CPU and memory on its node and, the first time it is seen, its
+    /// shape in the typical workload.
+    fn count_requests(&mut self, pod: &Pod, uid: &str, out: &mut PodApplied) {
+        let requests = pod_requests(pod).unwrap_or_else(|e| {
+            out.resources_error = Some(e);
+            Resources::ZERO
+        });
+        let bound = hami_core::pod::bound_node(pod);
+        let seen = PodRequestsSeen {
+            uid,
+            bound,
+            requests,
+        };
+        if self.resources.apply(seen, &mut self.ledger) {
+            match PodShape::of(pod, &self.registry) {
+                Ok(shape) => self.frag.observe(&shape),
+                Err(e) => out.shape_error = Some(e),
+            }
+        }
+    }
+
     /// A pod was deleted.
     pub fn delete_pod(&mut self, uid: &str) {
+        self.resources.remove(uid, &mut self.ledger);
         self.unschedulable.forget(uid);
         self.pods.remove(uid);
         self.unbound_holders.remove(uid);
@@ -487,6 +553,7 @@ impl SchedState {
         for uid in gone {
             self.delete_pod(&uid);
         }
+        self.resources.retain(listed, &mut self.ledger);
         self.unschedulable.retain(|uid| listed.contains(uid));
     }
 
@@ -560,15 +627,23 @@ impl SchedState {
         self.sync(&key, now, Some(record))
     }
 
+    /// Counts the CPU and memory of a pod /filter just reserved on `node` there, until the
+    /// pod is bound or the reservation ends.
+    pub fn reserve_resources(&mut self, uid: &str, node: &str, requests: Resources) {
+        self.resources
+            .reserve(uid, node, requests, &mut self.ledger);
+    }
+
     /// Gives up this process's decision for the pod (bind failed, annotation write
     /// failed). Unbound, it holds nothing; the same annotations read later do not count
     /// while it stays unbound. Returns the node it was held on.
     pub fn abandon(&mut self, uid: &str, now: i64) -> Option<String> {
         let key = self.pods.get_key_value(uid).map(|(k, _)| k.clone())?;
-        let entry = self.pods.get_mut(&key)?;
-        if entry.bound.is_some() {
+        if self.pods.get(&key)?.bound.is_some() {
             return None;
         }
+        self.resources.release_reservation(uid, &mut self.ledger);
+        let entry = self.pods.get_mut(&key)?;
         let (node, sig) = match &entry.holding {
             Holding::Reserved { node, sig, .. } | Holding::Annotated { node, sig, .. } => {
                 (node.to_string(), *sig)

@@ -225,6 +225,12 @@ fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
     if let Some((bound, annotated)) = applied.bound_elsewhere {
         tracing::warn!(pod = %pod_name(p), %bound, %annotated, "pod is bound to another node than its GPU assignment names; not counted");
     }
+    if let Some(e) = applied.resources_error {
+        tracing::warn!(pod = %pod_name(p), error = %e, "pod CPU/memory requests unreadable; counted as none");
+    }
+    if let Some(e) = applied.shape_error {
+        tracing::debug!(pod = %pod_name(p), error = %e, "pod requests unreadable; not counted in the frag workload");
+    }
     if applied.report.unknown_node {
         tracing::debug!(pod = %pod_name(p), "pod holds GPUs on a node not (yet) registered");
     }

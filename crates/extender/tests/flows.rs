@@ -389,3 +389,87 @@ async fn unbound_reservations_expire_and_free_their_gpus() {
     let b = c.bind("ghost", "n1").await;
     assert!(b.error.contains("must be filtered again"), "{}", b.error);
 }
+
+/// Node policy `frag` reads the nodes' CPU from the watches: `n2`'s CPU is mostly taken
+/// by a pod without GPUs, so its idle GPUs are stranded for most of the typical workload;
+/// a GPU pod small enough in CPU to run there uses them up, which is what `frag` does
+/// (blind to CPU, the two nodes are equal and the name tie-break would pick `n1`).
+/// `/debug/frag-workload` on the admin port shows the workload the policy optimises for.
+#[tokio::test]
+async fn frag_places_by_node_cpu_and_shows_its_workload() {
+    use hami_server::test_support::{http_request, request};
+    use k8s_openapi::api::core::v1::Node;
+    use kube::api::{Api, PostParams};
+    install_crypto();
+    let knobs = Knobs {
+        defaults: SchedulerDefaults {
+            node_policy: NodePolicy::Frag,
+            gpu_policy: GpuPolicy::parse_strict("frag").unwrap(),
+        },
+        ..Knobs::default()
+    };
+    let mut c = Cluster::start(&[], knobs).await;
+    let nodes: Api<Node> = Api::all(c.client.clone());
+    for name in ["n1", "n2"] {
+        let mut node = common::node_object(name, &gpus(name, 2, 16_000), true);
+        if let Some(a) = node.status.as_mut().and_then(|s| s.allocatable.as_mut()) {
+            for (k, v) in [("cpu", "16"), ("memory", "64Gi")] {
+                a.insert(
+                    k.into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.into()),
+                );
+            }
+        }
+        nodes.create(&PostParams::default(), &node).await.unwrap();
+    }
+    let busy: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "busy", "namespace": "default"},
+        "spec": {"nodeName": "n2", "containers": [{"name": "c", "image": "x",
+            "resources": {"requests": {"cpu": "12", "memory": "8Gi"}}}]},
+        "status": {"phase": "Running"}
+    }))
+    .unwrap();
+    c.create(&busy).await;
+    let mut pod = gpu_pod(
+        "p",
+        &[
+            json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem-percentage": "50", "nvidia.com/gpucores": "50"}),
+        ],
+        json!({}),
+    );
+    if let Some(r) = pod
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.first_mut())
+        .and_then(|c| c.resources.as_mut())
+    {
+        r.requests = Some(
+            [(
+                "cpu".to_string(),
+                k8s_openapi::apimachinery::pkg::api::resource::Quantity("3".into()),
+            )]
+            .into(),
+        );
+    }
+    c.create(&pod).await;
+    // A fresh extender lists all of it before it answers.
+    c.restart_extender().await;
+    let f = c.filter("p").await;
+    assert_eq!(f.error, "");
+    assert_eq!(chosen(&f).as_deref(), Some("n2"));
+
+    let r = http_request(
+        c.ext.admin,
+        request("GET", "/debug/frag-workload", "").unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let view: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(view["source"], "prior");
+    assert_eq!(view["pods_seen"], 2);
+    assert_eq!(view["gpu_types"][0]["type"], "NVIDIA-Tesla T4");
+    assert_eq!(view["gpu_types"][0]["gpus"], 4);
+    assert!(view["classes"].as_array().is_some_and(|c| c.len() == 35));
+}

@@ -9,6 +9,7 @@ use hami_core::holding::Expiry;
 use hami_core::ledger::Ledger;
 use hami_core::model::{ContainerDevice, DeviceInfo};
 use hami_core::request::ContainerKind;
+use hami_core::resources::Resources;
 use hami_core::vendor::VendorRegistry;
 use hami_scheduler::state::{Reservation, SchedState};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -392,6 +393,117 @@ fn pods_without_gpus_leave_nothing_behind() {
     reserve(&mut st, "b", "n1", 10, T0);
     st.abandon("b", T0);
     assert_eq!(st.pod_count(), 1);
+}
+
+/// A node with allocatable CPU and memory besides its two GPUs.
+fn node_with_cpu(name: &str, cpu: &str, memory: &str) -> Node {
+    let mut n = two_gpu_node(name);
+    if let Some(a) = n.status.as_mut().and_then(|s| s.allocatable.as_mut()) {
+        a.insert(
+            "cpu".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.into()),
+        );
+        a.insert(
+            "memory".into(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(memory.into()),
+        );
+    }
+    n
+}
+
+/// A pod without devices requesting `cpu`, bound to `node` when given, in `phase`.
+fn cpu_pod(uid: &str, cpu: &str, node: Option<&str>, phase: &str) -> Pod {
+    let mut spec = json!({"containers": [
+        {"name": "c", "image": "x", "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}
+    ]});
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("p-{uid}"), "namespace": "default", "uid": uid},
+        "spec": spec,
+        "status": {"phase": phase}
+    }))
+    .unwrap()
+}
+
+/// Every pod's CPU and memory count on the node it is bound to, GPU or not, as the watch
+/// shows them (kube-scheduler's accounting): binding adds, finishing and deletion take back,
+/// and an unreadable allocatable leaves the node's amounts unknown.
+#[test]
+fn node_cpu_and_memory_follow_the_watch() {
+    let mut st = state();
+    st.apply_node(&node_with_cpu("n1", "16", "64Gi"));
+    let free = |st: &SchedState| st.ledger().node("n1").and_then(|n| n.resources().free());
+    assert_eq!(free(&st), Some(Resources::new(16_000, 64 << 30)));
+    st.apply_pod(&cpu_pod("a", "4", None, "Pending"), T0);
+    assert_eq!(free(&st), Some(Resources::new(16_000, 64 << 30)));
+    st.apply_pod(&cpu_pod("a", "4", Some("n1"), "Running"), T0);
+    st.apply_pod(&cpu_pod("b", "500m", Some("n1"), "Running"), T0);
+    assert_eq!(free(&st), Some(Resources::new(11_500, 62 << 30)));
+    st.apply_pod(&cpu_pod("a", "4", Some("n1"), "Succeeded"), T0);
+    assert_eq!(free(&st), Some(Resources::new(15_500, 63 << 30)));
+    st.delete_pod("b");
+    assert_eq!(free(&st), Some(Resources::new(16_000, 64 << 30)));
+    assert_eq!(st.counted_pods(), 0);
+    // A relist that no longer lists a pod forgets its requests.
+    st.apply_pod(&cpu_pod("c", "2", Some("n1"), "Running"), T0);
+    st.begin_pod_relist();
+    st.retain_pods(&HashSet::new());
+    assert_eq!(free(&st), Some(Resources::new(16_000, 64 << 30)));
+    // Garbage in the node's status: unknown, not a panic.
+    st.apply_node(&node_with_cpu("n1", "many", "64Gi"));
+    assert_eq!(free(&st), None);
+}
+
+/// A /filter reservation counts the pod's CPU on its node until the pod shows up bound,
+/// and stops counting when the reservation is abandoned.
+#[test]
+fn reserved_pods_count_their_cpu_until_abandoned() {
+    let mut st = state();
+    st.apply_node(&node_with_cpu("n1", "16", "64Gi"));
+    st.apply_pod(&cpu_pod("r", "6", None, "Pending"), T0);
+    reserve(&mut st, "r", "n1", 1000, T0);
+    st.reserve_resources("r", "n1", Resources::new(6_000, 1 << 30));
+    let free = |st: &SchedState| st.ledger().node("n1").and_then(|n| n.resources().free());
+    assert_eq!(free(&st), Some(Resources::new(10_000, 63 << 30)));
+    st.apply_pod(&cpu_pod("r", "6", None, "Pending"), T0);
+    assert_eq!(free(&st), Some(Resources::new(10_000, 63 << 30)));
+    st.abandon("r", T0);
+    assert_eq!(free(&st), Some(Resources::new(16_000, 64 << 30)));
+}
+
+/// The typical workload is the prior until enough pods are seen, then the pods' shapes;
+/// each pod counts once however many events it has.
+#[test]
+fn the_frag_workload_is_learnt_from_the_pods_seen() {
+    let mut st = state();
+    st.apply_node(&node_with_cpu("n1", "16", "64Gi"));
+    assert_eq!(st.frag_view()["source"], "prior");
+    for i in 0..300 {
+        let p: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("g{i}"), "namespace": "default", "uid": format!("g{i}"),
+                "annotations": {"nvidia.com/use-gputype": "A100"}},
+            "spec": {"containers": [{"name": "c", "image": "x", "resources": {
+                "requests": {"cpu": "3"},
+                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "40",
+                           "nvidia.com/gpumem-percentage": "25"}}}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        st.apply_pod(&p, T0);
+        st.apply_pod(&p, T0);
+    }
+    let view = st.frag_view();
+    assert_eq!(view["source"], "observed");
+    assert_eq!(view["pods_seen"], 300);
+    let class = &view["classes"][0];
+    assert_eq!(class["cpu_milli"], 3000);
+    assert_eq!(class["gpu_milli"], 400);
+    assert_eq!(class["models"], json!(["NVIDIA-A100"]));
+    let model = st.frag_model(T0);
+    assert_eq!(model.workload().classes.len(), 1);
+    assert_eq!(model.model_of("NVIDIA-A100"), 0);
 }
 
 /// The extender's state and `hamictl explain`'s snapshot usage count the same pods, on

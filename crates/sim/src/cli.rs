@@ -1,6 +1,7 @@
 //! `hamictl simulate` arguments and driver. The CLI crate mounts
 //! [`SimulateArgs`] and prints whatever [`run_simulate`] returns.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -129,7 +130,58 @@ struct RunJson {
     seed: u64,
     unallocated_pct_at_100: f64,
     unallocated_pct_at_130: f64,
+    frag_rate_pct_at_100: f64,
     elapsed_ms: f64,
+}
+
+/// Failed tasks of one shape, averaged over the runs.
+#[derive(Debug, Serialize)]
+struct FailedJson {
+    cpu_milli: i64,
+    num_gpu: u32,
+    gpu_milli: i32,
+    spec: String,
+    /// Mean failures per run up to arrived = 100%.
+    mean_count_at_100: f64,
+    /// Mean failures per run over the whole run.
+    mean_count: f64,
+    /// Mean failed GPU per run up to arrived = 100%, in GPUs.
+    mean_gpus_at_100: f64,
+}
+
+/// The failed-task histogram over `runs`, largest failed GPU demand at x = 100 first.
+fn failed_histogram(runs: &[SeedRun]) -> Vec<FailedJson> {
+    let n = runs.len().max(1) as f64;
+    let mut sum: BTreeMap<(i64, u32, i32, &str), (usize, usize)> = BTreeMap::new();
+    for f in runs.iter().flat_map(|r| &r.failed) {
+        let e = sum
+            .entry((f.cpu_milli, f.num_gpu, f.gpu_milli, f.spec.as_str()))
+            .or_default();
+        e.0 += f.count_at_100;
+        e.1 += f.count;
+    }
+    let mut out: Vec<FailedJson> = sum
+        .into_iter()
+        .map(
+            |((cpu_milli, num_gpu, gpu_milli, spec), (at_100, all))| FailedJson {
+                cpu_milli,
+                num_gpu,
+                gpu_milli,
+                spec: spec.to_string(),
+                mean_count_at_100: at_100 as f64 / n,
+                mean_count: all as f64 / n,
+                mean_gpus_at_100: at_100 as f64 * f64::from(num_gpu) * f64::from(gpu_milli)
+                    / 1000.0
+                    / n,
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| {
+        b.mean_gpus_at_100
+            .total_cmp(&a.mean_gpus_at_100)
+            .then(b.mean_count.total_cmp(&a.mean_count))
+    });
+    out
 }
 
 #[derive(Debug, Serialize)]
@@ -141,14 +193,22 @@ struct PolicyJson {
     sd_unallocated_pct_at_100: f64,
     mean_unallocated_pct_at_130: f64,
     sd_unallocated_pct_at_130: f64,
+    /// Mean over seeds of the fragmentation rate (100·F / idle GPU) at x = 100.
+    mean_frag_rate_pct_at_100: f64,
     /// Median over seeds of the unallocated % at x = 0..=130.
     median_curve: Vec<Option<f64>>,
+    /// The failed-task histogram, mean per run.
+    failed_tasks: Vec<FailedJson>,
 }
+
+/// Failed-task shapes shown per policy in text output.
+pub const FAILED_SHOWN: usize = 8;
 
 /// Curve points shown in text output (`docs/simulator.md#events-and-curves`).
 pub const CURVE_POINTS: &[usize] = &[85, 90, 92, 94, 95, 96, 100, 110, 120, 130];
 
-fn r2(x: f64) -> f64 {
+/// Rounds to 2 places the way every report of the simulator shows numbers.
+pub(crate) fn r2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
@@ -206,6 +266,8 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
         let at130: Vec<f64> = runs.iter().map(|r| r.curve.unalloc_at(130)).collect();
         let (m100, sd100) = mean_sd(&at100);
         let (m130, sd130) = mean_sd(&at130);
+        let rate100: Vec<f64> = runs.iter().map(|r| r.curve.frag_rate_at(100)).collect();
+        let (rate100, _) = mean_sd(&rate100);
         let median_curve = (0..=crate::metrics::MAX_X)
             .map(|x| {
                 let m = median(
@@ -226,6 +288,7 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
                     seed: r.seed,
                     unallocated_pct_at_100: r.curve.unalloc_at(100),
                     unallocated_pct_at_130: r.curve.unalloc_at(130),
+                    frag_rate_pct_at_100: r2(r.curve.frag_rate_at(100)),
                     elapsed_ms: r2(r.output.elapsed_ms),
                 })
                 .collect(),
@@ -233,7 +296,9 @@ pub fn run_simulate(args: &SimulateArgs) -> anyhow::Result<String> {
             sd_unallocated_pct_at_100: r2(sd100),
             mean_unallocated_pct_at_130: r2(m130),
             sd_unallocated_pct_at_130: r2(sd130),
+            mean_frag_rate_pct_at_100: r2(rate100),
             median_curve,
+            failed_tasks: failed_histogram(runs),
         });
     }
 
@@ -280,19 +345,20 @@ fn text_report(trace: &str, reports: &[PolicyJson]) -> String {
     let _ = writeln!(out, "trace: {trace}");
     let _ = writeln!(
         out,
-        "{:<14} {:>17} {:>17} {:>12}",
-        "policy", "unalloc@100 %", "unalloc@130 %", "ms/run"
+        "{:<14} {:>17} {:>17} {:>15} {:>12}",
+        "policy", "unalloc@100 %", "unalloc@130 %", "frag rate@100 %", "ms/run"
     );
     for r in reports {
         let ms = r.runs.iter().map(|x| x.elapsed_ms).sum::<f64>() / r.runs.len().max(1) as f64;
         let _ = writeln!(
             out,
-            "{:<14} {:>9.2} ± {:<5.2} {:>9.2} ± {:<5.2} {:>12.0}",
+            "{:<14} {:>9.2} ± {:<5.2} {:>9.2} ± {:<5.2} {:>15.2} {:>12.0}",
             r.policy,
             r.mean_unallocated_pct_at_100,
             r.sd_unallocated_pct_at_100,
             r.mean_unallocated_pct_at_130,
             r.sd_unallocated_pct_at_130,
+            r.mean_frag_rate_pct_at_100,
             ms
         );
     }
@@ -315,6 +381,35 @@ fn text_report(trace: &str, reports: &[PolicyJson]) -> String {
             }
         }
         out.push('\n');
+    }
+    let _ = writeln!(
+        out,
+        "\nfailed tasks up to arrived = 100% (mean per run; the {FAILED_SHOWN} shapes losing most GPU):"
+    );
+    let _ = writeln!(
+        out,
+        "{:<14} {:>8} {:>5} {:>6} {:<22} {:>8} {:>8} {:>10}",
+        "policy", "cpu", "gpus", "milli", "spec", "@100", "@130", "GPUs@100"
+    );
+    for r in reports {
+        if r.failed_tasks.is_empty() {
+            let _ = writeln!(out, "{:<14} (none)", r.policy);
+        }
+        for f in r.failed_tasks.iter().take(FAILED_SHOWN) {
+            let spec = if f.spec.is_empty() { "any" } else { &f.spec };
+            let _ = writeln!(
+                out,
+                "{:<14} {:>8} {:>5} {:>6} {:<22} {:>8.1} {:>8.1} {:>10.2}",
+                r.policy,
+                f.cpu_milli,
+                f.num_gpu,
+                f.gpu_milli,
+                spec,
+                f.mean_count_at_100,
+                f.mean_count,
+                f.mean_gpus_at_100
+            );
+        }
     }
     if reports.iter().any(|r| r.runs.len() > 1) {
         let _ = writeln!(out, "\nper seed (unalloc@100 / @130 / ms):");

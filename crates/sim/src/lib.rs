@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod policy;
 pub mod runner;
 pub mod svg;
+pub mod tables;
 pub mod task;
 pub mod trace;
 
@@ -50,6 +51,8 @@ pub struct SeedRun {
     pub seed: u64,
     pub output: RunOutput,
     pub curve: Curve,
+    /// The failed-task histogram.
+    pub failed: Vec<metrics::FailedShape>,
 }
 
 impl Experiment {
@@ -67,6 +70,16 @@ impl Experiment {
             models,
             workload,
         })
+    }
+
+    /// GPUs per model id.
+    pub fn gpus_per_model(&self) -> Vec<i64> {
+        let mut out =
+            vec![0i64; usize::from(self.nodes.iter().map(|n| n.model).max().unwrap_or(0)) + 1];
+        for n in &self.nodes {
+            out[usize::from(n.model)] += i64::from(n.gpus);
+        }
+        out
     }
 
     pub fn capacity(&self) -> i64 {
@@ -103,10 +116,12 @@ impl Experiment {
             )));
         }
         let (tasks, n_types) = task::to_tasks(pods);
+        let gpus_per_model = self.gpus_per_model();
         let init = PolicyInit {
             workload: &self.workload,
             pods: &self.pods,
             n_nodes: self.nodes.len(),
+            gpus_per_model: &gpus_per_model,
             n_types,
             seed,
         };
@@ -121,10 +136,13 @@ impl Experiment {
             true,
         );
         let curve = metrics::bin_events(&output.events, output.total_gpus, output.capacity);
+        let failed =
+            metrics::failed_tasks(pods, &output.decisions, &output.events, output.total_gpus);
         Ok(SeedRun {
             seed,
             output,
             curve,
+            failed,
         })
     }
 

@@ -1,6 +1,10 @@
 //! Binning of per-event records into the paper's curves (`docs/simulator.md#events-and-curves`).
 
+use std::collections::BTreeMap;
+
+use crate::policy::Placement;
 use crate::runner::Event;
+use crate::trace::PodRecord;
 
 /// Largest arrived-% bin (the stream stops at 130% of capacity).
 pub const MAX_X: usize = 130;
@@ -17,6 +21,11 @@ pub struct Curve {
 impl Curve {
     pub fn unalloc_at(&self, x: usize) -> f64 {
         self.unalloc.get(x).copied().unwrap_or(f64::NAN)
+    }
+
+    /// Fragmentation rate (100·F / idle GPU) at arrived = `x` %.
+    pub fn frag_rate_at(&self, x: usize) -> f64 {
+        self.frag_rate.get(x).copied().unwrap_or(f64::NAN)
     }
 }
 
@@ -88,6 +97,73 @@ pub fn bin_events(events: &[Event], total_gpus: i64, capacity: i64) -> Curve {
             / n;
     }
     curve
+}
+
+/// The failed tasks of one shape `(cpu, num, d, spec)`, the paper's failed-task histogram
+/// (`docs/simulator.md#events-and-curves`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FailedShape {
+    pub cpu_milli: i64,
+    pub num_gpu: u32,
+    pub gpu_milli: i32,
+    /// The raw `gpu_spec` (empty = any model).
+    pub spec: String,
+    /// Failures up to arrived = 100% (the events binned at x ≤ 100).
+    pub count_at_100: usize,
+    /// Failures over the whole run.
+    pub count: usize,
+}
+
+impl FailedShape {
+    /// GPU milli of the failures up to x = 100.
+    pub fn gpu_milli_at_100(&self) -> i64 {
+        self.count_at_100 as i64 * i64::from(self.num_gpu) * i64::from(self.gpu_milli)
+    }
+}
+
+/// The failed-task histogram of a run: `pods[i]` was attempted with outcome
+/// `decisions[i]` and left `events[i]`. Sorted by failed GPU milli up to x = 100, then by
+/// count, largest first.
+pub fn failed_tasks(
+    pods: &[PodRecord],
+    decisions: &[Option<Placement>],
+    events: &[Event],
+    total_gpus: i64,
+) -> Vec<FailedShape> {
+    let g = total_gpus as f64;
+    let mut by_shape: BTreeMap<(i64, u32, i32, &str), (usize, usize)> = BTreeMap::new();
+    for ((pod, decision), event) in pods.iter().zip(decisions).zip(events) {
+        if decision.is_some() {
+            continue;
+        }
+        let x = (event.arrived as f64 / g / 10.0).round_ties_even();
+        let counts = by_shape
+            .entry((pod.cpu_milli, pod.num_gpu, pod.gpu_milli, pod.spec.as_str()))
+            .or_default();
+        counts.1 += 1;
+        if x <= 100.0 {
+            counts.0 += 1;
+        }
+    }
+    let mut out: Vec<FailedShape> = by_shape
+        .into_iter()
+        .map(
+            |((cpu_milli, num_gpu, gpu_milli, spec), (at_100, all))| FailedShape {
+                cpu_milli,
+                num_gpu,
+                gpu_milli,
+                spec: spec.to_string(),
+                count_at_100: at_100,
+                count: all,
+            },
+        )
+        .collect();
+    out.sort_by(|a, b| {
+        b.gpu_milli_at_100()
+            .cmp(&a.gpu_milli_at_100())
+            .then(b.count.cmp(&a.count))
+    });
+    out
 }
 
 /// Mean and sample standard deviation (ddof = 1, like pandas).

@@ -176,3 +176,54 @@ fn clear_errors_for_bad_input() {
     .to_string();
     assert!(err.contains("--seeds"), "{err}");
 }
+
+/// `hamictl simulate` shows the fragmentation rate and the failed-task histogram: a pod
+/// asking more GPUs than any node has fails in every run and is listed with its shape.
+#[test]
+fn frag_rate_and_failed_tasks_are_reported() {
+    let d = tmpdir("failed");
+    // 10 GPUs: the pods' 11,750 milli stay under 1.3 × capacity, so none is dropped by tuning.
+    let nodes = write(
+        &d,
+        "nodes.csv",
+        "sn,cpu_milli,memory_mib,gpu,model\nn0,32000,65536,2,T4\nn1,32000,65536,4,V100M16\n\
+         n2,32000,65536,4,V100M16\n",
+    );
+    let pods = write(&d, "pods.csv", &format!("{PODS}p5,4000,1024,8,1000,\n"));
+    let base = [
+        "--nodes", &nodes, "--pods", &pods, "--seeds", "1..3", "--policy",
+    ];
+    let json = |policy: &str| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(&[policy, "-o", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&run_simulate(&args(&a)).unwrap()).unwrap();
+        v
+    };
+    for policy in ["fgd", "hami-frag"] {
+        let v = json(policy);
+        let rate = v["mean_frag_rate_pct_at_100"].as_f64().unwrap();
+        assert!((0.0..=100.0).contains(&rate), "{policy}: frag rate {rate}");
+        let failed = v["failed_tasks"].as_array().unwrap();
+        let eight = failed
+            .iter()
+            .find(|f| f["num_gpu"] == 8)
+            .unwrap_or_else(|| panic!("{policy}: no 8-GPU entry in {failed:?}"));
+        assert_eq!(eight["cpu_milli"], 4000);
+        assert_eq!(eight["gpu_milli"], 1000);
+        assert!(eight["mean_count"].as_f64().unwrap() >= 1.0, "{eight}");
+    }
+    let mut a = base.to_vec();
+    a.push("hami-frag");
+    let text = run_simulate(&args(&a)).unwrap();
+    assert!(text.contains("frag rate@100 %"), "{text}");
+    let failed_section = text
+        .split("failed tasks up to arrived = 100%")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no failed-task section in {text}"));
+    assert!(
+        failed_section.lines().any(|l| l.starts_with("hami-frag")
+            && l.split_whitespace().nth(1) == Some("4000")
+            && l.split_whitespace().nth(2) == Some("8")),
+        "{failed_section}"
+    );
+}

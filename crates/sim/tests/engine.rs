@@ -78,3 +78,39 @@ fn engine_frag_is_deterministic() {
     assert_eq!(a.output.decisions, b.output.decisions);
     assert!(a.output.decisions.iter().all(Option::is_some));
 }
+
+/// The extender's `frag` (hami-core's engine reading each node's CPU, memory and GPU
+/// model as the extender keeps them) makes exactly the decisions of the simulator's
+/// `hami-frag`: same nodes, same GPUs, same curve.
+#[test]
+fn engine_frag_matches_hami_frag_decisions() {
+    let exp = experiment();
+    let (pods, ranks) = prefix(&exp, 3000);
+    let native = exp
+        .run_arrivals("hami-frag", 42, &pods, &ranks, 20)
+        .unwrap();
+    let engine = exp
+        .run_arrivals("engine-frag", 42, &pods, &ranks, 20)
+        .unwrap();
+    assert_eq!(native.output.decisions, engine.output.decisions);
+    assert_eq!(native.output.events, engine.output.events);
+}
+
+/// The same on a trace with GPU-model constraints (the model-scarcity term and ρ per
+/// model read the nodes' device types).
+#[test]
+fn engine_frag_matches_hami_frag_with_model_constraints() {
+    let exp = Experiment::load(
+        &openb("openb_node_list_gpu_node.csv.gz"),
+        &openb("openb_pod_list_gpuspec25.csv.gz"),
+    )
+    .expect("the openb trace under data/openb");
+    let (pods, ranks) = prefix(&exp, 2000);
+    let native = exp
+        .run_arrivals("hami-frag", 43, &pods, &ranks, 20)
+        .unwrap();
+    let engine = exp
+        .run_arrivals("engine-frag", 43, &pods, &ranks, 20)
+        .unwrap();
+    assert_eq!(native.output.decisions, engine.output.decisions);
+}

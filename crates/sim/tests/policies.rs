@@ -197,6 +197,7 @@ fn hami_frag_uses_cpu_stranding() {
         workload: &w,
         pods: &pods,
         n_nodes: 2,
+        gpus_per_model: &[],
         n_types: 1,
         seed: 1,
     };
@@ -214,6 +215,7 @@ fn unknown_policy_is_an_error() {
         workload: &w,
         pods: &[],
         n_nodes: 1,
+        gpus_per_model: &[],
         n_types: 1,
         seed: 1,
     };

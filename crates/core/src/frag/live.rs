@@ -1,4 +1,4 @@
-//! The fragmentation measure applied to HAMi's device model, for the live
+//! The fragmentation-aware score applied to HAMi's device model, for the live
 //! placement engine (node policy `frag`, GPU policy `frag`).
 //!
 //! Mapping (documented in `docs/simulator.md`):
@@ -6,26 +6,41 @@
 //!   and 0 when its slots (`count`) are all taken;
 //! - what a container takes of a device is `max(cores %, memory %) × 10`; a whole
 //!   card (cores 100) is 1000;
-//! - the live engine has no CPU or memory data of nodes: every class of the typical
-//!   workload is taken to fit CPU-wise (the simulator's policy adds CPU/memory
-//!   awareness on top of the same measure).
+//! - a node's free CPU and memory are its allocatable amounts less what the pods bound or
+//!   reserved there request (kept by the ledger, [`crate::ledger::NodeResources`]); a
+//!   node whose amounts are unknown counts as having CPU and memory for every class;
+//! - a node's GPU model is its first device's type, mapped to the model ids of the
+//!   typical workload's class constraints by the model's type table.
 //!
-//! Node score (node policy `frag`): `F(before) − F(after)` in milli-GPU, the
-//! fragmentation the pod's placement removes (higher is better). Device score (GPU
-//! policy `frag`): `−F(after)` of placing one container's share on the device.
+//! The score is the one of [`super::score`] (our `hami-frag`): node policy `frag` ranks
+//! nodes by the quantised change of Φ that the pod's placement causes (higher is better,
+//! equal ranks by node name) and reports that change Φ(before) − Φ(after) in milli-GPU;
+//! GPU policy `frag` prefers the device whose placement scores highest, the lowest index
+//! among equal scores.
 
 use std::cell::RefCell;
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use rustc_hash::FxHashMap;
 use thread_local::ThreadLocal;
 
-use super::{FragMemo, ModelSet, NodeView, TaskClass, TypicalWorkload, node_frag};
+use super::score::{FragScoreConfig, FragScoring, quantised};
+use super::{FragMemo, ModelSet, NodeView, TaskClass, TypicalWorkload};
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
 use crate::score::Usage;
+use crate::sync::MutexExt;
 
-/// CPU the live engine assumes free on every node (fits any realistic class; the
-/// largest value the memo key packs).
+/// CPU the live engine assumes free on a node whose CPU is unknown (fits any realistic
+/// class; the largest value the memo key packs).
 const LIVE_CPU_FREE: i64 = (1 << 21) - 1;
+
+/// Memory (MiB) assumed free on a node whose memory is unknown.
+const LIVE_MEM_FREE_MIB: i64 = 1 << 40;
+
+/// Model id of a device type the model's type table does not know: classes restricted to
+/// known models do not run there.
+pub const UNKNOWN_MODEL: u8 = 63;
 
 /// Memoised node states a thread keeps before its memo is cleared (a few MiB each).
 const MEMO_CAP: usize = 1 << 16;
@@ -93,23 +108,58 @@ pub fn workload_from_shapes(shapes: &[GpuTaskShape]) -> TypicalWorkload {
     TypicalWorkload { classes }
 }
 
-/// The fragmentation model of the live engine: a typical workload and a memo of F
-/// by node state (shared by all pods; safe to use from several threads).
+/// The fragmentation model of the live engine: the score (typical workload M, tuning,
+/// per-model constants), a table from device types to the model ids of M's class
+/// constraints, and a memo of F by node state (safe to use from several threads).
 ///
 /// Every device score of a `frag` placement reads F, from every thread that scans nodes,
 /// so the memo takes no lock: each thread has a memo of its own for this model (F of a
 /// state is the same whichever thread computes it; a thread only repeats the few states
 /// another one already knows).
-#[derive(Debug)]
 pub struct FragModel {
-    workload: TypicalWorkload,
+    /// Unique per model built in this process (score caches are keyed by it).
+    id: u64,
+    scoring: FragScoring,
+    /// Device type → model id; empty: every node is model 0.
+    types: FxHashMap<Box<str>, u8>,
     memo: ThreadLocal<RefCell<FragMemo>>,
 }
 
+impl std::fmt::Debug for FragModel {
+    /// The id and the size of M only: a plan's debug form names its model without
+    /// printing the workload or the memo.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FragModel")
+            .field("id", &self.id)
+            .field("classes", &self.scoring.workload().classes.len())
+            .field("types", &self.types.len())
+            .finish()
+    }
+}
+
 impl FragModel {
+    /// A model of `workload` with the default tuning and no GPU-model table.
     pub fn new(workload: TypicalWorkload) -> Self {
+        Self::with_scoring(
+            FragScoring::new(workload, FragScoreConfig::default(), &[]),
+            std::iter::empty(),
+        )
+    }
+
+    /// A model scoring with `scoring`, reading node models through `types` (device type,
+    /// model id of M's class constraints).
+    pub fn with_scoring(
+        scoring: FragScoring,
+        types: impl IntoIterator<Item = (String, u8)>,
+    ) -> Self {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         Self {
-            workload,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            scoring,
+            types: types
+                .into_iter()
+                .map(|(t, id)| (t.into_boxed_str(), id))
+                .collect(),
             memo: ThreadLocal::new(),
         }
     }
@@ -122,32 +172,85 @@ impl FragModel {
             .clone()
     }
 
-    pub fn workload(&self) -> &TypicalWorkload {
-        &self.workload
+    /// Unique among the models of this process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
-    /// F of a node whose devices have these free shares (milli-GPU).
+    pub fn workload(&self) -> &TypicalWorkload {
+        self.scoring.workload()
+    }
+
+    pub fn scoring(&self) -> &FragScoring {
+        &self.scoring
+    }
+
+    /// Device types the model knows, with their model ids.
+    pub fn types(&self) -> impl Iterator<Item = (&str, u8)> {
+        self.types.iter().map(|(t, &id)| (&**t, id))
+    }
+
+    /// The model id of a node whose devices are of `dev_type`.
+    pub fn model_of(&self, dev_type: &str) -> u8 {
+        if self.types.is_empty() {
+            return 0;
+        }
+        self.types.get(dev_type).copied().unwrap_or(UNKNOWN_MODEL)
+    }
+
+    /// Runs `f` with this thread's memo.
+    fn with_memo<R>(&self, f: impl FnOnce(&mut FragMemo) -> R) -> R {
+        let memo = self.memo.get_or(|| RefCell::new(self.scoring.memo()));
+        // The memo is only borrowed inside these calls, which never nest; were it
+        // borrowed already, a fresh memo gives the same values.
+        match memo.try_borrow_mut() {
+            Ok(mut memo) => {
+                if memo.len() >= MEMO_CAP {
+                    memo.clear();
+                }
+                f(&mut memo)
+            }
+            Err(_) => f(&mut self.scoring.memo()),
+        }
+    }
+
+    /// F (the fragmentation measure alone) of a node whose devices have these free
+    /// shares (milli-GPU), with CPU and memory for every class.
     pub fn frag_of(&self, shares: &[i32]) -> f64 {
         let view = NodeView {
             model: 0,
             cpu_free: LIVE_CPU_FREE,
-            mem_free: 0,
+            mem_free: LIVE_MEM_FREE_MIB,
             gpu_free: shares,
         };
-        let memo = self.memo.get_or(|| RefCell::new(FragMemo::new(false)));
-        // `frag_of` does not call itself, so the memo is never borrowed here already;
-        // were it ever, computing F directly gives the same value.
-        let Ok(mut memo) = memo.try_borrow_mut() else {
-            return node_frag(&view, &self.workload, false);
-        };
-        if memo.len() >= MEMO_CAP {
-            memo.clear();
-        }
-        memo.frag(&view, &self.workload)
+        self.with_memo(|memo| memo.frag(&view, self.scoring.workload()))
     }
 
-    /// Device score of GPU policy `frag`: `−F(after)` (milli-GPU) when `req` takes
-    /// device `pos` of a node whose devices are `infos` with `usage`. Higher is better.
+    /// Φ of a node view (F plus the stranding and scarcity terms).
+    pub fn phi(&self, view: &NodeView<'_>) -> f64 {
+        self.with_memo(|memo| self.scoring.phi(view, memo))
+    }
+
+    /// The frag view of `node` for a pod requesting `pod`, with Φ of the node as it is
+    /// (`shares`: its devices' free shares) or `phi_before` when the caller knows it.
+    pub fn node<'a>(
+        &'a self,
+        node: NodeFrag,
+        pod: PodFrag,
+        shares: &[i32],
+        phi_before: Option<f64>,
+    ) -> FragNode<'a> {
+        let before = phi_before.unwrap_or_else(|| self.phi(&node.view(shares)));
+        FragNode {
+            model: self,
+            node,
+            pod,
+            before,
+        }
+    }
+
+    /// Device score of GPU policy `frag` on a node whose CPU and memory are unknown, for a
+    /// pod without CPU or memory requests; see [`FragNode::device_score`].
     pub fn device_score(
         &self,
         infos: &[DeviceInfo],
@@ -155,11 +258,108 @@ impl FragModel {
         pos: usize,
         req: &ContainerDeviceRequest,
     ) -> f32 {
-        let mut shares: Vec<i32> = infos
+        let shares: Vec<i32> = infos
             .iter()
             .zip(usage)
             .map(|(d, u)| free_share(d, u))
             .collect();
+        self.node(
+            NodeFrag::unconstrained(0),
+            PodFrag::default(),
+            &shares,
+            None,
+        )
+        .device_score(infos, usage, pos, req)
+    }
+}
+
+/// What the frag score reads of a node besides its devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeFrag {
+    pub model: u8,
+    /// Free CPU in milli-CPU.
+    pub cpu_free: i64,
+    /// Free memory in MiB.
+    pub mem_free_mib: i64,
+}
+
+impl NodeFrag {
+    /// A node of `model` whose CPU and memory are unknown: every class fits them.
+    pub fn unconstrained(model: u8) -> Self {
+        NodeFrag {
+            model,
+            cpu_free: LIVE_CPU_FREE,
+            mem_free_mib: LIVE_MEM_FREE_MIB,
+        }
+    }
+
+    fn view<'s>(&self, shares: &'s [i32]) -> NodeView<'s> {
+        NodeView {
+            model: self.model,
+            cpu_free: self.cpu_free,
+            mem_free: self.mem_free_mib,
+            gpu_free: shares,
+        }
+    }
+}
+
+/// A pod's CPU and memory requests, as the frag score reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PodFrag {
+    pub cpu_milli: i64,
+    pub mem_mib: i64,
+}
+
+/// One node under one pod: the scores of the `frag` policies there.
+#[derive(Debug, Clone, Copy)]
+pub struct FragNode<'a> {
+    model: &'a FragModel,
+    node: NodeFrag,
+    pod: PodFrag,
+    /// Φ of the node before the pod.
+    before: f64,
+}
+
+impl FragNode<'_> {
+    /// Φ of the node before the pod.
+    pub fn before(&self) -> f64 {
+        self.before
+    }
+
+    /// Φ(before) − Φ(after), in milli-GPU: what placing the pod, leaving its devices with
+    /// `after` free shares, removes (negative: adds).
+    pub fn gain(&self, after: &[i32]) -> f64 {
+        let view = NodeView {
+            model: self.node.model,
+            cpu_free: self.node.cpu_free - self.pod.cpu_milli,
+            mem_free: self.node.mem_free_mib - self.pod.mem_mib,
+            gpu_free: after,
+        };
+        self.before - self.model.phi(&view)
+    }
+
+    /// Device score of GPU policy `frag`: the quantised [`FragNode::gain`] of the pod
+    /// placed with `req` on device `pos` (devices `infos` with `usage`), plus a fraction
+    /// that ranks equal scores by device index, lowest first (FGD's GPU rule). Higher is
+    /// better.
+    pub fn device_score(
+        &self,
+        infos: &[DeviceInfo],
+        usage: &[Usage],
+        pos: usize,
+        req: &ContainerDeviceRequest,
+    ) -> f32 {
+        let mut shares = [0i32; super::MEMO_MAX_GPUS];
+        let mut heap = Vec::new();
+        let shares: &mut [i32] = if infos.len() <= shares.len() {
+            &mut shares[..infos.len()]
+        } else {
+            heap.resize(infos.len(), 0);
+            &mut heap
+        };
+        for ((s, d), u) in shares.iter_mut().zip(infos).zip(usage) {
+            *s = free_share(d, u);
+        }
         if let (Some(info), Some(u), Some(s)) =
             (infos.get(pos), usage.get(pos), shares.get_mut(pos))
         {
@@ -171,12 +371,94 @@ impl FragModel {
             );
             *s = free_share(info, &after);
         }
-        -(self.frag_of(&shares) as f32)
+        let n = infos.len() as f32;
+        quantised(self.gain(shares)) as f32 + (n - pos as f32) / (n + 1.0)
+    }
+}
+
+/// Quantised rank of a node score of node policy `frag` (`gain` in milli-GPU).
+pub fn node_rank(gain: f64) -> f64 {
+    quantised(gain) as f64
+}
+
+/// What the engine remembers of a score of node policy `frag`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CachedScore {
+    /// The node score as reported (Φ(before) − Φ(after), milli-GPU).
+    pub score: f32,
+    /// What nodes are ranked by.
+    pub rank: f64,
+}
+
+/// The frag scores of one node as it is now: Φ per model and node scores per pod shape.
+/// The ledger clears it whenever the node changes (devices, usage, CPU or memory), so an
+/// entry never outlives the state it was computed for.
+#[derive(Debug, Default)]
+pub struct NodeFragCache {
+    inner: Mutex<CacheEntries>,
+}
+
+#[derive(Debug, Default)]
+struct CacheEntries {
+    /// Φ of the node under the model with this id.
+    phi: Option<(u64, f64)>,
+    /// By pod shape key.
+    scores: FxHashMap<u64, CachedScore>,
+}
+
+impl Clone for NodeFragCache {
+    /// A copy starts empty (it is a cache).
+    fn clone(&self) -> Self {
+        NodeFragCache::default()
+    }
+}
+
+impl NodeFragCache {
+    /// Forgets everything (the node changed).
+    pub fn clear(&mut self) {
+        let inner = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        inner.phi = None;
+        inner.scores = FxHashMap::default();
     }
 
-    /// Node score of node policy `frag`: `F(before) − F(after)` in milli-GPU.
-    pub fn node_gain(&self, before: &[i32], after: &[i32]) -> f32 {
-        (self.frag_of(before) - self.frag_of(after)) as f32
+    /// Φ of the node under model `model`, computed by `compute` when not known.
+    pub fn phi(&self, model: u64, compute: impl FnOnce() -> f64) -> f64 {
+        if let Some((m, phi)) = self.inner.lock_unpoisoned().phi
+            && m == model
+        {
+            return phi;
+        }
+        let phi = compute();
+        self.inner.lock_unpoisoned().phi = Some((model, phi));
+        phi
+    }
+
+    /// The node score for the pod shape `key`, if known.
+    pub fn score(&self, key: u64) -> Option<CachedScore> {
+        self.inner.lock_unpoisoned().scores.get(&key).copied()
+    }
+
+    /// Remembers a node score; at `capacity` entries the old ones are dropped first.
+    pub fn put(&self, key: u64, score: CachedScore, capacity: usize) {
+        let mut inner = self.inner.lock_unpoisoned();
+        if inner.scores.len() >= capacity {
+            inner.scores.clear();
+        }
+        if capacity > 0 {
+            inner.scores.insert(key, score);
+        }
+    }
+
+    /// Pod shapes remembered.
+    pub fn len(&self) -> usize {
+        self.inner.lock_unpoisoned().scores.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -205,6 +487,7 @@ pub fn taken_share(info: &DeviceInfo, cores: u32, mem: u32) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::frag::node_frag;
 
     fn dev(i: u32) -> DeviceInfo {
         DeviceInfo {

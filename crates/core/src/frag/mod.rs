@@ -10,6 +10,8 @@
 use rustc_hash::FxHashMap;
 
 pub mod live;
+pub mod observed;
+pub mod score;
 
 /// Largest GPU count per node that the packed memo key supports. Nodes with
 /// more GPUs still work, they just bypass the memo.

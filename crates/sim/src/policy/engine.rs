@@ -5,23 +5,29 @@
 //! The policy keeps a [`Ledger`] that mirrors the simulated cluster: one
 //! `NodeInventory` per trace node with `--slots` slots per GPU, devmem 1000 and
 //! devcore 100, so a share of d milli is `gpucores = d/10` and
-//! `gpumem-percentage = d/10` (whole GPUs: 100/100, exclusive). GPU models and
-//! CPU/memory are not in the engine's view: the simulator's feasibility filter
-//! (kube-scheduler's part) has already removed nodes of the wrong model or without
-//! CPU/memory. Nodes are named by their per-seed rank, so the engine's tie-break
-//! (smallest name) is the paper's (lowest rank). CPU-only tasks are not the
-//! engine's business (HAMi passes them through) and go to the sim-native HAMi
-//! node score.
+//! `gpumem-percentage = d/10` (whole GPUs: 100/100, exclusive), devices of type
+//! `NVIDIA-<model>`; each node's allocatable CPU and memory, and the requests of the
+//! tasks placed on it, as the extender keeps them from its watches. The simulator's
+//! feasibility filter (kube-scheduler's part) has already removed nodes of the wrong
+//! model or without CPU/memory. Nodes are named by their per-seed rank, so the engine's
+//! tie-break (smallest name) is the paper's (lowest rank).
+//!
+//! CPU-only tasks are not the extender's business (HAMi passes them through: in a
+//! cluster kube-scheduler places them). `engine-binpack`/`engine-spread` give them to the
+//! sim-native HAMi node score; `engine-frag` scores them with the engine's `frag` node
+//! score (a pod without devices fits every node), as if kube-scheduler ranked nodes by it,
+//! which is what `hami-frag` does.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use hami_core::config::DeviceConfig;
-use hami_core::engine::{PodPlan, SchedulerDefaults, place_best};
+use hami_core::engine::{PodPlan, SchedulerDefaults, place_best_serial};
 use hami_core::frag::live::FragModel;
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
 use hami_core::model::DeviceInfo;
 use hami_core::policy::{GpuPolicy, NodePolicy};
+use hami_core::resources::Resources;
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -31,7 +37,7 @@ use rustc_hash::FxHashMap;
 use super::{Hami, HamiMode, Placement, Policy, PolicyInit};
 use crate::Task;
 use crate::cluster::Cluster;
-use crate::frag::{ModelSet, TaskClass, TypicalWorkload};
+use crate::frag::{FragScoreConfig, FragScoring};
 
 /// Which engine policies to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +49,15 @@ pub enum EngineMode {
 
 /// Device memory of every simulated GPU (MiB); shares map to it 1:1.
 const DEVMEM: u32 = 1000;
+
+/// Pod shapes whose `frag` scores each node remembers: the trace's task types (a few
+/// hundred) all stay cached between changes of a node.
+const SCORE_CACHE_CAPACITY: usize = 4096;
+
+/// The device type of model id `model`.
+fn device_type(model: u8) -> String {
+    format!("NVIDIA-M{model}")
+}
 
 #[derive(Debug)]
 pub struct EnginePolicy {
@@ -61,31 +76,6 @@ pub struct EnginePolicy {
     next_uid: u64,
 }
 
-/// The GPU part of the typical workload, for the engine's CPU-unaware measure.
-pub fn gpu_only_workload(w: &TypicalWorkload) -> TypicalWorkload {
-    let classes = w
-        .classes
-        .iter()
-        .filter(|c| c.num_gpu > 0 && c.gpu_milli > 0)
-        .map(|c| TaskClass {
-            cpu_milli: 0,
-            mem_mib: 0,
-            models: ModelSet::ANY,
-            ..c.clone()
-        })
-        .collect::<Vec<_>>();
-    let total: f64 = classes.iter().map(|c| c.weight).sum();
-    TypicalWorkload {
-        classes: classes
-            .into_iter()
-            .map(|c| TaskClass {
-                weight: if total > 0.0 { c.weight / total } else { 0.0 },
-                ..c
-            })
-            .collect(),
-    }
-}
-
 impl EnginePolicy {
     pub fn new(init: &PolicyInit<'_>, mode: EngineMode) -> Self {
         let (node_policy, gpu_policy, hami) = match mode {
@@ -93,8 +83,15 @@ impl EnginePolicy {
             EngineMode::Spread => (NodePolicy::Spread, "spread", HamiMode::Spread),
             EngineMode::Frag => (NodePolicy::Frag, "frag", HamiMode::Binpack),
         };
-        let frag = (mode == EngineMode::Frag)
-            .then(|| Arc::new(FragModel::new(gpu_only_workload(init.workload))));
+        let frag = (mode == EngineMode::Frag).then(|| {
+            let scoring = FragScoring::new(
+                init.workload.clone(),
+                FragScoreConfig::default(),
+                init.gpus_per_model,
+            );
+            let types = (0..init.gpus_per_model.len()).map(|m| (device_type(m as u8), m as u8));
+            Arc::new(FragModel::with_scoring(scoring, types))
+        });
         Self {
             mode,
             registry: VendorRegistry::from_config(&DeviceConfig::default()),
@@ -118,6 +115,7 @@ impl EnginePolicy {
 
     fn build_ledger(&mut self, cluster: &Cluster, ranks: &[u32], slots: u16) {
         let mut ledger = Ledger::new();
+        ledger.set_score_cache_capacity(SCORE_CACHE_CAPACITY);
         self.names = (0..cluster.nodes.len())
             .map(|n| format!("{:06}", ranks.get(n).copied().unwrap_or(n as u32)))
             .collect();
@@ -135,7 +133,7 @@ impl EnginePolicy {
                     count: u32::from(slots),
                     mem_mib: DEVMEM,
                     cores: 100,
-                    dev_type: format!("NVIDIA-M{}", node.model),
+                    dev_type: device_type(node.model),
                     health: true,
                     mode: "hami-core".into(),
                     ..Default::default()
@@ -149,6 +147,10 @@ impl EnginePolicy {
                 ..Default::default()
             };
             ledger.set_node(&self.names[n], inventory);
+            ledger.set_node_allocatable(
+                &self.names[n],
+                Some(Resources::new(node.cpu_free, node.mem_free << 20)),
+            );
         }
         self.ledger = Some(ledger);
     }
@@ -158,7 +160,8 @@ impl EnginePolicy {
         if let Some(p) = slot {
             return p.clone();
         }
-        let plan = if task.num == 0 || task.milli <= 0 {
+        let gpus = task.num > 0 && task.milli > 0;
+        let plan = if !gpus && self.mode != EngineMode::Frag {
             None
         } else {
             let pct = if task.is_sharing() {
@@ -166,7 +169,7 @@ impl EnginePolicy {
             } else {
                 100
             };
-            let pod = task_pod(task.num, pct);
+            let pod = task_pod(task.num * u32::from(gpus), pct, task.cpu, task.mem);
             PodPlan::new(&pod, &self.registry, &self.defaults)
                 .ok()
                 .map(|p| match &self.frag {
@@ -179,16 +182,26 @@ impl EnginePolicy {
     }
 }
 
-/// A pod with one container asking for `num` GPUs of `pct` % cores and memory.
-fn task_pod(num: u32, pct: i32) -> Pod {
-    let limits: BTreeMap<String, Quantity> = [
-        ("nvidia.com/gpu", num.to_string()),
-        ("nvidia.com/gpucores", pct.to_string()),
-        ("nvidia.com/gpumem-percentage", pct.to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), Quantity(v)))
-    .collect();
+/// A pod with one container requesting `cpu` milli-CPU and `mem` MiB and asking for
+/// `num` GPUs (none when 0) of `pct` % cores and memory.
+fn task_pod(num: u32, pct: i32, cpu: i64, mem: i64) -> Pod {
+    let list = |items: Vec<(&str, String)>| -> BTreeMap<String, Quantity> {
+        items
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Quantity(v)))
+            .collect()
+    };
+    let limits = (num > 0).then(|| {
+        list(vec![
+            ("nvidia.com/gpu", num.to_string()),
+            ("nvidia.com/gpucores", pct.to_string()),
+            ("nvidia.com/gpumem-percentage", pct.to_string()),
+        ])
+    });
+    let requests = list(vec![
+        ("cpu", format!("{cpu}m")),
+        ("memory", format!("{mem}Mi")),
+    ]);
     Pod {
         metadata: ObjectMeta {
             name: Some("task".into()),
@@ -199,7 +212,8 @@ fn task_pod(num: u32, pct: i32) -> Pod {
             containers: vec![Container {
                 name: "main".into(),
                 resources: Some(ResourceRequirements {
-                    limits: Some(limits),
+                    limits,
+                    requests: Some(requests),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -228,7 +242,8 @@ impl Policy for EnginePolicy {
         let candidates = feasible
             .iter()
             .filter_map(|&n| names.get(n as usize).map(String::as_str));
-        let (name, fit) = place_best(&plan, &self.registry, self.ledger.as_ref()?, candidates)?;
+        let (name, fit) =
+            place_best_serial(&plan, &self.registry, self.ledger.as_ref()?, candidates)?;
         let ledger = self.ledger.as_mut()?;
         let node = *self.index.get(&name)?;
         let mut gpus = 0u16;
@@ -245,6 +260,7 @@ impl Policy for EnginePolicy {
             &fit.devices,
             &plan.kinds,
         ));
+        ledger.add_node_requests(&name, Resources::new(task.cpu, task.mem << 20), true);
         Some(Placement { node, gpus })
     }
 }

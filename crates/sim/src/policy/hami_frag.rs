@@ -26,7 +26,7 @@ impl HamiFrag {
             workload = reweighted_by_gpu(&workload, bias);
         }
         Self {
-            scorer: FragScorer::new(workload, cfg),
+            scorer: FragScorer::new(workload, cfg, init.gpus_per_model),
             cache: ScoreCache::new(init.n_nodes, init.n_types),
         }
     }

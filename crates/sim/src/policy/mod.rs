@@ -17,7 +17,7 @@ pub use bestfit::{BestFit, bestfit_raw};
 pub use cache::ScoreCache;
 pub use clustering::{Clustering, clustering_score};
 pub use dotprod::{DotProd, dotprod_score};
-pub use engine::{EngineMode, EnginePolicy, gpu_only_workload};
+pub use engine::{EngineMode, EnginePolicy};
 pub use fgd::{Fgd, fgd_node_score};
 pub use hami::{Hami, HamiMode, hami_device_score, hami_gpus, hami_node_score};
 pub use hami_frag::HamiFrag;
@@ -43,6 +43,8 @@ pub struct PolicyInit<'a> {
     /// The variant's original pods (for policies that derive their own M).
     pub pods: &'a [crate::trace::PodRecord],
     pub n_nodes: usize,
+    /// GPUs per model id in the cluster (for our policy's model-scarcity term).
+    pub gpus_per_model: &'a [i64],
     pub n_types: usize,
     pub seed: u64,
 }
