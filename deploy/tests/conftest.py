@@ -92,6 +92,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
         }
     },
     "no-leader-election": {"scheduler": {"leaderElect": False}},
+    "amd-plugin": {
+        "devicePlugin": {
+            "amd": {
+                "enabled": True,
+                "gpuFacts": {
+                    "0000:0c:00.0": {
+                        "uuid": "8eff74b5-0000-1000-801b-b56457add000",
+                        "market_name": "AMD Instinct MI300X",
+                        "vram_mib": 196288,
+                        "cu_count": 304,
+                    }
+                },
+            }
+        }
+    },
+    "amd-only": {"devicePlugin": {"enabled": False, "amd": {"enabled": True}}},
     "scheduler-only": {
         "devicePlugin": {"enabled": False},
         "scheduler": {"admissionWebhook": {"enabled": False}, "service": {"enabled": False}},

@@ -30,16 +30,20 @@ CONTRACT = {
         "--http_bind", "--cert_file", "--key_file", "--scheduler-name", "--node-scheduler-policy",
         "--gpu-scheduler-policy", "--device-config-file", "--node-lock-timeout",
         "--metrics-bind-address", "--node-label-selector", "--leader-elect",
-        "--leader-elect-resource-name", "--leader-elect-resource-namespace",
+        "--leader-elect-resource-name", "--leader-elect-resource-namespace", "--legacy-metrics",
     },
     "hami-device-plugin-nvidia": {
         "--node-name", "--device-plugin-path", "--config-file", "--node-config-file",
         "--hook-path", "--backend", "--fake-devices", "--admin-address", "--register-interval",
     },
+    "hami-device-plugin-amd": {
+        "--device-plugin-path", "--hook-path", "--sysfs-root", "--dev-root", "--gpu-facts",
+        "--split-count", "--admin-address", "--register-interval",
+    },
     "hami-webhook": {
         "--bind-address", "--tls-cert-file", "--tls-key-file", "--admin-address",
         "--scheduler-name", "--device-config-file", "--force-overwrite-default-scheduler",
-        "--scheduler-owned-annotations", "--deny-privileged",
+        "--scheduler-owned-annotations", "--deny-privileged", "--quota-check",
     },
     "hami-vgpu-monitor": {
         "--metrics-bind-address", "--backend", "--fake-devices", "--legacy-metrics", "--feedback-interval",
@@ -80,6 +84,9 @@ def rendered_invocations(variant: str) -> list[tuple[str, list[str]]]:
         for mon in monitors:
             assert mon["command"] == ["/usr/local/bin/hami-vgpu-monitor"]
             calls.append(("hami-vgpu-monitor", mon["args"]))
+    amd = out.maybe("DaemonSet", name("device-plugin") + "-amd")
+    if amd:
+        calls.append(("hami-device-plugin-amd", container(amd, "device-plugin")["args"]))
     return calls
 
 
@@ -111,7 +118,9 @@ def test_rendered_flags_are_in_the_contract(variant: str) -> None:
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-@pytest.mark.parametrize("binary", ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-vgpu-monitor"])
+@pytest.mark.parametrize(
+    "binary", ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd", "hami-vgpu-monitor"]
+)
 def test_binaries_accept_the_rendered_args(variant: str, binary: str, bin_dir: pathlib.Path) -> None:
     path = binary_path(bin_dir, binary)
     if path is None:

@@ -265,11 +265,25 @@ def test_device_plugin_rbac(default: Rendered) -> None:
     )
 
 
-def test_webhook_has_no_api_access(default: Rendered) -> None:
-    assert rules_of(default, name("webhook")) == {}
+def test_webhook_reads_only_resourcequotas(default: Rendered) -> None:
+    got = rules_of(default, name("webhook"))
+    assert set(got) == {"cluster"}
+    assert normalise(got["cluster"]) == grant([""], ["resourcequotas"], ["get", "list", "watch"])
     sa = default.get("ServiceAccount", name("webhook"))
+    assert sa["automountServiceAccountToken"] is True
+    deployment = default.get("Deployment", name("webhook"))
+    assert pod_spec(deployment)["automountServiceAccountToken"] is True
+    assert args_map(container(deployment, "webhook")["args"])["--quota-check"] == "true"
+
+
+def test_webhook_without_the_quota_rule_has_no_api_access() -> None:
+    out = chartlib.render({"scheduler": {"admissionWebhook": {"quotaCheck": "false"}}})
+    assert rules_of(out, name("webhook")) == {}
+    sa = out.get("ServiceAccount", name("webhook"))
     assert sa["automountServiceAccountToken"] is False
-    assert pod_spec(default.get("Deployment", name("webhook")))["automountServiceAccountToken"] is False
+    deployment = out.get("Deployment", name("webhook"))
+    assert pod_spec(deployment)["automountServiceAccountToken"] is False
+    assert args_map(container(deployment, "webhook")["args"])["--quota-check"] == "false"
 
 
 def test_certgen_rbac_is_limited_to_its_secret_and_webhook(default: Rendered) -> None:
@@ -452,6 +466,7 @@ def test_webhook_args(default: Rendered) -> None:
         "--force-overwrite-default-scheduler": "true",
         "--scheduler-owned-annotations": "deny",
         "--deny-privileged": "true",
+        "--quota-check": "true",
     }
     mounts = {m["mountPath"]: m["name"] for m in wh["volumeMounts"]}
     vols = {v["name"]: v for v in pod_spec(default.get("Deployment", name("webhook")))["volumes"]}
@@ -673,6 +688,9 @@ def test_monitor_from_hami_style_values(rendered: dict[str, Rendered]) -> None:
     out = rendered["hami-style-values"]
     mon = container(out.get("DaemonSet", name("device-plugin")), "vgpu-monitor")
     assert "--legacy-metrics" in args_map(mon["args"])
+    # HAMi's legacyMetrics covers the scheduler's series too.
+    ext = container(out.get("Deployment", name("scheduler")), "extender")
+    assert "--legacy-metrics" in args_map(ext["args"])
     assert {e["name"]: e.get("value") for e in mon["env"]}["HAMI_RESYNC_INTERVAL"] == "10m"
     assert out.get("Service", name("device-plugin-monitor"))["spec"]["ports"][0]["nodePort"] == 31992
 
@@ -857,3 +875,37 @@ def test_scheduler_only(rendered: dict[str, Rendered]) -> None:
     }
     assert out.names("Deployment") == {name("scheduler")}
     assert out.names("ServiceAccount") == {name("scheduler")}
+
+
+def test_amd_device_plugin_daemonset(rendered: dict[str, Rendered]) -> None:
+    assert rendered["default"].maybe("DaemonSet", name("device-plugin") + "-amd") is None
+    out = rendered["amd-plugin"]
+    ds = out.get("DaemonSet", name("device-plugin") + "-amd")
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"amd": "on"}
+    assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["serviceAccountName"] == name("device-plugin")
+    dp = container(ds, "device-plugin")
+    assert dp["image"] == "ghcr.io/hami-rs/hami-device-plugin-amd:v0.1.0"
+    args = args_map(dp["args"])
+    assert args == {
+        "--device-plugin-path": "/var/lib/kubelet/device-plugins",
+        "--hook-path": "/usr/local",
+        "--sysfs-root": "/sys",
+        "--dev-root": "/dev",
+        "--gpu-facts": "/etc/hami-rs/amd/gpu-facts.json",
+        "--split-count": "10",
+        "--admin-address": "0.0.0.0:9396",
+    }
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in dp["volumeMounts"]}
+    assert vols["device-plugins"]["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    assert vols["sys"]["hostPath"]["path"] == "/sys" and mounts["sys"]["readOnly"] is True
+    assert vols["dev"]["hostPath"]["path"] == "/dev" and mounts["dev"]["readOnly"] is True
+    facts = out.get("ConfigMap", vols["gpu-facts"]["configMap"]["name"])["data"]["gpu-facts.json"]
+    assert json.loads(facts)["0000:0c:00.0"]["cu_count"] == 304
+    assert dp["securityContext"].get("privileged") is not True
+    # Without the NVIDIA plugin the AMD one still gets its service account and RBAC.
+    only = rendered["amd-only"]
+    assert only.maybe("DaemonSet", name("device-plugin")) is None
+    assert only.get("ServiceAccount", name("device-plugin"))

@@ -27,8 +27,13 @@ DOCKER = chartlib.DOCKER_DIR
 REPO = chartlib.REPO
 VENV_BIN = pathlib.Path(sys.executable).parent
 
-IMAGES = ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia"]
-NON_ROOT = {"hami-webhook": True, "hami-scheduler": True, "hami-device-plugin-nvidia": False}
+IMAGES = ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd"]
+NON_ROOT = {
+    "hami-webhook": True,
+    "hami-scheduler": True,
+    "hami-device-plugin-nvidia": False,
+    "hami-device-plugin-amd": False,
+}
 OCI_LABELS = {"title", "description", "source", "licenses", "version", "revision"}
 # Debian release of each base image family, to keep the builder's glibc <= the runtime's.
 DEBIAN = {"bookworm": 12, "trixie": 13, "bullseye": 11, "debian11": 11, "debian12": 12, "debian13": 13}

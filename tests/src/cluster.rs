@@ -13,11 +13,11 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, Config};
 use serde_json::Value;
 
-use crate::component::{HarnessError, Running};
+use crate::component::HarnessError;
 use crate::extender::{ExtenderSetup, RunningExtender, scheduler_config};
 use crate::node::EmulatedNode;
 use crate::spec::ClusterSpec;
-use crate::webhook::{self, WebhookSetup};
+use crate::webhook::{self, RunningWebhook, WebhookSetup};
 
 /// How long start-up waits (caches, registrations) may take.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
@@ -43,12 +43,23 @@ pub struct DemoCluster {
     api: ApiServer,
     client: Client,
     webhook_setup: WebhookSetup,
-    webhook: Option<Running>,
+    webhook: Option<RunningWebhook>,
     extender_setup: ExtenderSetup,
     extender: Option<RunningExtender>,
     scheduler: Option<Scheduler>,
     nodes: Vec<EmulatedNode>,
     dir: tempfile::TempDir,
+}
+
+/// A component's /metrics text from its admin address.
+async fn metrics_of(component: &str, admin: SocketAddr) -> Result<String, HarnessError> {
+    match crate::http::get(admin, "/metrics").await {
+        Ok((200, body)) => Ok(body),
+        Ok((code, body)) => Err(HarnessError::Setup(format!(
+            "{component} /metrics answered {code}: {body}"
+        ))),
+        Err(e) => Err(HarnessError::Setup(e)),
+    }
 }
 
 /// A `kube` client for `url`.
@@ -141,8 +152,13 @@ impl DemoCluster {
         let webhook_dir = dir.path().join("webhook");
         std::fs::create_dir_all(&webhook_dir)
             .map_err(HarnessError::io("creating the webhook directory"))?;
-        let (webhook_setup, listener) =
-            WebhookSetup::prepare(&webhook_dir, &spec.scheduler_name, spec.devices.clone()).await?;
+        let (webhook_setup, listener) = WebhookSetup::prepare(
+            &webhook_dir,
+            &spec.scheduler_name,
+            spec.devices.clone(),
+            client.clone(),
+        )
+        .await?;
         api.register_service(
             webhook::NAMESPACE,
             webhook::SERVICE,
@@ -320,13 +336,17 @@ impl DemoCluster {
         let admin = self
             .extender_admin()
             .ok_or_else(|| HarnessError::Setup("the extender is stopped".into()))?;
-        match crate::http::get(admin, "/metrics").await {
-            Ok((200, body)) => Ok(body),
-            Ok((code, body)) => Err(HarnessError::Setup(format!(
-                "extender /metrics answered {code}: {body}"
-            ))),
-            Err(e) => Err(HarnessError::Setup(e)),
-        }
+        metrics_of("extender", admin).await
+    }
+
+    /// The webhook's /metrics text.
+    pub async fn webhook_metrics(&self) -> Result<String, HarnessError> {
+        let admin = self
+            .webhook
+            .as_ref()
+            .map(|w| w.admin)
+            .ok_or_else(|| HarnessError::Setup("the webhook is stopped".into()))?;
+        metrics_of("webhook", admin).await
     }
 
     async fn wait_nodes_allocatable(&self) -> Result<(), HarnessError> {
@@ -390,7 +410,7 @@ impl DemoCluster {
     /// Stops the webhook: pod creation fails (failurePolicy Fail) until it is back.
     pub async fn stop_webhook(&mut self) -> Result<(), HarnessError> {
         match self.webhook.take() {
-            Some(w) => w.stop().await,
+            Some(w) => w.running.stop().await,
             None => Ok(()),
         }
     }

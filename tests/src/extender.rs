@@ -91,6 +91,7 @@ impl ExtenderSetup {
             registry_interval: self.registry_interval,
             handshake_timeout: Duration::from_secs(60),
             leader_lease: None,
+            legacy_metrics: false,
             dedicated_http_thread: true,
             // The dashboard on the admin port: `cargo xtask demo --ui` and the browser
             // tests open it.
@@ -135,7 +136,7 @@ impl StandaloneExtender {
     }
 }
 
-/// Waits for /readyz (node and pod caches synced).
+/// Waits for /readyz (node, pod and resourcequota caches synced).
 async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -39,6 +39,7 @@ mod component;
 mod extender;
 pub mod http;
 pub mod node;
+pub mod quota;
 pub mod report;
 pub mod scenario;
 pub mod spec;

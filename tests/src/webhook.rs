@@ -25,14 +25,32 @@ pub const WEBHOOK_NAME: &str = "vgpu.hami-rs.io";
 /// The Service port the configuration names.
 pub const SERVICE_PORT: u16 = 443;
 
-/// Everything needed to (re)start the webhook on the same address.
+/// The webhook while it runs, with its admin address (/readyz, /metrics).
 #[derive(Debug)]
+pub(crate) struct RunningWebhook {
+    pub running: Running,
+    pub admin: SocketAddr,
+}
+
+/// Everything needed to (re)start the webhook on the same address.
 pub(crate) struct WebhookSetup {
     pub addr: SocketAddr,
     pub ca_pem: String,
     cert: PathBuf,
     key: PathBuf,
     rules: RuleConfig,
+    /// The API server's client, for the quota rule's ResourceQuota watch.
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for WebhookSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookSetup")
+            .field("addr", &self.addr)
+            .field("cert", &self.cert)
+            .field("rules", &self.rules)
+            .finish_non_exhaustive()
+    }
 }
 
 impl WebhookSetup {
@@ -43,6 +61,7 @@ impl WebhookSetup {
         dir: &std::path::Path,
         scheduler_name: &str,
         devices: DeviceConfig,
+        client: kube::Client,
     ) -> Result<(Self, TcpListener), HarnessError> {
         let names = certgen::dns_names(SERVICE, NAMESPACE);
         let bundle = certgen::generate(&names, 1)
@@ -69,13 +88,17 @@ impl WebhookSetup {
                 cert,
                 key,
                 rules,
+                client,
             },
             listener,
         ))
     }
 
     /// Serves on `listener` (or on this setup's address again, after a restart).
-    pub async fn start(&self, listener: Option<TcpListener>) -> Result<Running, HarnessError> {
+    pub async fn start(
+        &self,
+        listener: Option<TcpListener>,
+    ) -> Result<RunningWebhook, HarnessError> {
         let listener = match listener {
             Some(l) => l,
             None => crate::rebind(self.addr, "webhook").await?,
@@ -94,13 +117,17 @@ impl WebhookSetup {
             body_limit: hami_webhook::handler::DEFAULT_BODY_LIMIT,
             certificate_check: hami_webhook::run::CERTIFICATE_CHECK,
             restart: RestartPolicy::default(),
+            quota_client: Some(self.client.clone()),
         };
+        let admin = svc
+            .admin_listener
+            .local_addr()
+            .map_err(HarnessError::io("webhook admin address"))?;
         let stop = CancellationToken::new();
-        Ok(Running::spawn(
-            "hami-webhook",
-            stop.clone(),
-            serve_service(svc, stop),
-        ))
+        Ok(RunningWebhook {
+            running: Running::spawn("hami-webhook", stop.clone(), serve_service(svc, stop)),
+            admin,
+        })
     }
 
     /// The chart's `MutatingWebhookConfiguration` (v1) pointing at the Service.

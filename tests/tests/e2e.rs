@@ -725,3 +725,40 @@ async fn bypassing_the_scheduler_fails_admission_readably() {
     );
     cluster.shutdown().await.unwrap();
 }
+
+/// A namespace with a ResourceQuota on GPU memory: the webhook refuses a pod that alone
+/// exceeds it (`exceeding resource quota` + numbers), the extender refuses the pod that
+/// together with the running ones would (`ResourceQuotaNotFit` + numbers, in
+/// kube-scheduler's FailedScheduling message), and the quota series count what runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_quota_refuses_at_admission_and_at_filter() {
+    use hami_e2e::quota;
+    let cluster = cluster().await;
+    let out = quota::run(&cluster).await;
+    assert!(out.ok(), "{:#?}\n{}", out.problems, out.render_text());
+    let refusal = out.admission_refusal.clone().unwrap();
+    assert_eq!(
+        refusal,
+        "admission webhook \"vgpu.hami-rs.io\" denied the request: exceeding resource quota: the pod asks for 10000 of limits.nvidia.com/gpumem, above the hard limit 8000 of namespace quota-demo"
+    );
+    assert_eq!(out.placed.len(), 2);
+    let [(pod, message)] = out.refused.as_slice() else {
+        panic!("{:?}", out.refused)
+    };
+    assert_eq!(pod, "quota-c");
+    assert!(
+        message.contains(
+            "ResourceQuotaNotFit (namespace quota-demo: limits.nvidia.com/gpumem used 6000 + requested 3000 > hard limit 8000)"
+        ),
+        "{message}"
+    );
+    assert_eq!(out.used_mib, Some(6000));
+    let warning = scenario::wait_warning(&cluster, quota::NAMESPACE, "quota-c", "FailedScheduling")
+        .await
+        .unwrap();
+    assert!(
+        warning.contains("ResourceQuotaNotFit (namespace quota-demo"),
+        "{warning}"
+    );
+    cluster.shutdown().await.unwrap();
+}

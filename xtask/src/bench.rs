@@ -1,9 +1,13 @@
 //! `cargo xtask bench`: the real `hami-scheduler` binary against the API server emulator
 //! with its caches pre-filled, `/filter` timed over loopback HTTP the way kube-scheduler
-//! calls it (one keep-alive connection, one pod at a time, every node a candidate).
+//! calls it (one keep-alive connection, one pod at a time, every node a candidate). The
+//! `-scraped` scenario times /filter twice, alone and while `/metrics` is scraped in a
+//! loop, and reports the p99 difference (`docs/extender.md#measured`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -27,6 +31,8 @@ pub struct Scenario {
     pub pods: usize,
     /// `--node-scheduler-policy` and `--gpu-scheduler-policy`.
     pub policies: (&'static str, &'static str),
+    /// Also time /filter while /metrics is scraped in a loop.
+    pub scraped: bool,
 }
 
 /// The chart's default policies.
@@ -35,13 +41,14 @@ const DEFAULT_POLICIES: (&str, &str) = ("binpack", "spread");
 /// Node and GPU policy `frag` (`docs/extender.md#node-and-gpu-policy-frag`).
 const FRAG_POLICIES: (&str, &str) = ("frag", "frag");
 
-pub const SCENARIOS: [Scenario; 5] = [
+pub const SCENARIOS: [Scenario; 6] = [
     Scenario {
         name: "50x8-1k",
         nodes: 50,
         gpus_per_node: 8,
         pods: 1_000,
         policies: DEFAULT_POLICIES,
+        scraped: false,
     },
     Scenario {
         name: "100x16-5k",
@@ -49,6 +56,7 @@ pub const SCENARIOS: [Scenario; 5] = [
         gpus_per_node: 16,
         pods: 5_000,
         policies: DEFAULT_POLICIES,
+        scraped: false,
     },
     Scenario {
         name: "5000x8-50k",
@@ -56,6 +64,15 @@ pub const SCENARIOS: [Scenario; 5] = [
         gpus_per_node: 8,
         pods: 50_000,
         policies: DEFAULT_POLICIES,
+        scraped: false,
+    },
+    Scenario {
+        name: "5000x8-50k-scraped",
+        nodes: 5_000,
+        gpus_per_node: 8,
+        pods: 50_000,
+        policies: DEFAULT_POLICIES,
+        scraped: true,
     },
     Scenario {
         name: "100x16-5k-frag",
@@ -63,6 +80,7 @@ pub const SCENARIOS: [Scenario; 5] = [
         gpus_per_node: 16,
         pods: 5_000,
         policies: FRAG_POLICIES,
+        scraped: false,
     },
     Scenario {
         name: "5000x8-50k-frag",
@@ -70,6 +88,7 @@ pub const SCENARIOS: [Scenario; 5] = [
         gpus_per_node: 8,
         pods: 50_000,
         policies: FRAG_POLICIES,
+        scraped: false,
     },
 ];
 
@@ -110,6 +129,7 @@ fn node_object(i: usize, gpus: usize) -> Value {
             mode: "hami-core".into(),
             health: true,
             mig_profiles: vec![],
+            custom_info: Default::default(),
         })
         .collect();
     json!({
@@ -279,6 +299,51 @@ pub(crate) async fn stop(child: &mut tokio::process::Child, pid: u32) {
     }
 }
 
+/// GETs /metrics on `port` in a loop (one keep-alive connection) until `stop`; the
+/// scrape durations and the size of the last page.
+async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Duration>, usize)> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut took = Vec::new();
+    let mut bytes = 0;
+    while !stop.load(Ordering::Acquire) {
+        let req = Request::get("/metrics")
+            .header(hyper::header::HOST, "localhost")
+            .body(Full::new(Bytes::new()))?;
+        sender.ready().await?;
+        let t = Instant::now();
+        let body = sender
+            .send_request(req)
+            .await?
+            .into_body()
+            .collect()
+            .await?
+            .to_bytes();
+        took.push(t.elapsed());
+        bytes = body.len();
+    }
+    took.sort();
+    Ok((took, bytes))
+}
+
+/// Runs `f` on a thread and runtime of its own, so its timing does not share a runtime
+/// with the emulator (the extender's writes and watches land in this process).
+async fn on_own_thread<T: Send + 'static, F>(
+    f: impl FnOnce() -> F + Send + 'static,
+) -> anyhow::Result<T>
+where
+    F: std::future::Future<Output = anyhow::Result<T>>,
+{
+    tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(f())
+    })
+    .await?
+}
+
 /// Mean of a histogram on the admin port's /metrics, in µs.
 async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
@@ -338,7 +403,8 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
             .create(&PODS, Some("default"), running_pod(i, s))
             .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
     }
-    let total = args.warmup + args.requests;
+    let phases = if s.scraped { 2 } else { 1 };
+    let total = args.warmup + args.requests * phases;
     let mut pending = Vec::with_capacity(total);
     for i in 0..total {
         let p = store
@@ -380,8 +446,6 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
 
     let names: Vec<String> = (0..s.nodes).map(node_name).collect();
     let names_json = serde_json::to_string(&names)?;
-    // The client runs on a thread and runtime of its own, so the emulator's work (the
-    // extender's writes and watches land in this process) does not delay its timing.
     let bodies: Vec<Bytes> = pending
         .iter()
         .map(|pod| {
@@ -391,20 +455,47 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         })
         .collect();
     let warmup = args.warmup;
-    let latencies = tokio::task::spawn_blocking(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        rt.block_on(time_filters(http, bodies, warmup))
-    })
-    .await??;
+    let mut bodies = bodies;
+    // The last `requests` pods are filtered while /metrics is scraped.
+    let scraped_bodies = if s.scraped {
+        bodies.split_off(bodies.len() - args.requests)
+    } else {
+        Vec::new()
+    };
+    let latencies = on_own_thread(move || time_filters(http, bodies, warmup)).await?;
+    let mut scraped = None;
+    if s.scraped {
+        let stop_scraping = Arc::new(AtomicBool::new(false));
+        let flag = stop_scraping.clone();
+        let scraper = tokio::spawn(on_own_thread(move || scrape_loop(admin, flag)));
+        // Let the first scrapes start before the timed calls.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let with = on_own_thread(move || time_filters(http, scraped_bodies, 0)).await?;
+        stop_scraping.store(true, Ordering::Release);
+        let (scrapes, page_bytes) = scraper.await??;
+        scraped = Some((with, scrapes, page_bytes));
+    }
     let (rss, hwm) = rss_mib(pid)?;
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
     stop(&mut child, pid).await;
     let _ = std::fs::remove_dir_all(&dir);
     let mean =
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
-    Ok(json!({
+    let scrape_report = scraped.map(|(with, scrapes, page_bytes)| {
+        let p99 = percentile(&latencies, 0.99);
+        let p99_scraped = percentile(&with, 0.99);
+        json!({
+            "filter_p50_scraped_us": percentile(&with, 0.50).round(),
+            "filter_p99_scraped_us": p99_scraped.round(),
+            "filter_max_scraped_us": with.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
+            "filter_p99_delta_us": (p99_scraped - p99).round(),
+            "scrapes": scrapes.len(),
+            "scrape_p50_ms": (percentile(&scrapes, 0.50) / 100.0).round() / 10.0,
+            "scrape_max_ms": (percentile(&scrapes, 1.0) / 100.0).round() / 10.0,
+            "scrape_bytes": page_bytes,
+        })
+    });
+    let mut line = json!({
         "scenario": s.name,
         "node_policy": s.policies.0,
         "gpu_policy": s.policies.1,
@@ -422,5 +513,11 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
         "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
         "fill_secs": (fill_secs * 100.0).round() / 100.0,
-    }))
+    });
+    if let (Some(extra), Some(obj)) = (scrape_report, line.as_object_mut())
+        && let Some(extra) = extra.as_object()
+    {
+        obj.extend(extra.clone());
+    }
+    Ok(line)
 }

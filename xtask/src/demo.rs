@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::time::Instant;
 
 use anyhow::Context;
+use hami_e2e::quota::{self, QuotaOutcome};
 use hami_e2e::scenario::{self, Example, RunOutcome};
 use hami_e2e::{ClusterSpec, DemoCluster};
 use serde_json::{Value, json};
@@ -20,13 +21,15 @@ pub async fn run(as_json: bool, ui: bool) -> anyhow::Result<bool> {
     let ready = started.elapsed();
     let examples = scenario::demo_examples();
     let outcome = scenario::run(&cluster, &examples).await;
+    let quota = quota::run(&cluster).await;
     let api = cluster.api().url();
     let extender = cluster.extender_addr();
-    let mut ok = outcome.ok();
+    let mut ok = outcome.ok() && quota.ok();
     let mut problems: Vec<String> = outcome
         .problems
         .iter()
         .map(|(pod, p)| format!("{pod}: {p}"))
+        .chain(quota.problems.iter().map(|p| format!("resourcequota: {p}")))
         .collect();
     // With the UI the cluster stays up after the report; otherwise its shutdown is part
     // of what the report checks.
@@ -41,13 +44,13 @@ pub async fn run(as_json: bool, ui: bool) -> anyhow::Result<bool> {
     };
     let elapsed = started.elapsed();
     if as_json {
-        let doc = json_document(&spec, &examples, &outcome, &problems, ok, elapsed);
+        let doc = json_document(&spec, &examples, &outcome, &quota, &problems, ok, elapsed);
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!(
             "{}",
             text(
-                &spec, &examples, &outcome, &problems, ok, &api, extender, ready, elapsed
+                &spec, &examples, &outcome, &quota, &problems, ok, &api, extender, ready, elapsed
             )
         );
     }
@@ -65,6 +68,7 @@ fn json_document(
     spec: &ClusterSpec,
     examples: &[Example],
     outcome: &RunOutcome,
+    quota: &QuotaOutcome,
     problems: &[String],
     ok: bool,
     elapsed: std::time::Duration,
@@ -124,6 +128,7 @@ fn json_document(
         "pods": pods,
         "gpus": outcome.report.gpus,
         "usage": outcome.usage,
+        "resource_quota": quota,
         "violations": outcome.report.violations,
         "problems": problems,
     })
@@ -134,6 +139,7 @@ fn text(
     spec: &ClusterSpec,
     examples: &[Example],
     outcome: &RunOutcome,
+    quota: &QuotaOutcome,
     problems: &[String],
     ok: bool,
     api: &str,
@@ -209,6 +215,7 @@ fn text(
     let _ = writeln!(out);
     out.push_str(&outcome.report.render_text());
     out.push_str(&outcome.usage.render_text());
+    out.push_str(&quota.render_text());
     let running = outcome
         .report
         .pods
@@ -219,7 +226,7 @@ fn text(
     if ok {
         let _ = writeln!(
             out,
-            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended); {:.1}s in all.",
+            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended), and the namespace quota refused what it must; {:.1}s in all.",
             examples.len(),
             elapsed.as_secs_f64()
         );

@@ -97,10 +97,13 @@ enum Task {
     },
     /// Benchmark /filter of the real hami-scheduler binary against the API server
     /// emulator with pre-filled caches. Prints one JSON object per scenario:
-    /// scenario, nodes, gpus_per_node, pods, filter_p50_us, filter_p99_us, rss_mib, ...
+    /// scenario, nodes, gpus_per_node, pods, filter_p50_us, filter_p99_us, rss_mib, ...;
+    /// the -scraped scenario also times /filter while /metrics is scraped in a loop
+    /// (filter_p99_scraped_us, filter_p99_delta_us, scrapes, scrape_p50_ms, scrape_bytes).
     Bench {
-        /// Scenarios to run (50x8-1k, 100x16-5k, 5000x8-50k, and 100x16-5k-frag,
-        /// 5000x8-50k-frag with node and GPU policy frag); all when none given.
+        /// Scenarios to run (50x8-1k, 100x16-5k, 5000x8-50k, 5000x8-50k-scraped with /metrics
+        /// scraped in a loop, and 100x16-5k-frag, 5000x8-50k-frag with node and GPU policy
+        /// frag); all when none given.
         #[arg(long = "scenario")]
         scenarios: Vec<String>,
         /// Timed /filter calls per scenario.

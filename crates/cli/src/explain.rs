@@ -91,7 +91,8 @@ pub fn run_live(args: &ExplainPodArgs, style: Style) -> anyhow::Result<Outcome> 
 }
 
 fn registry(placement: &PlacementArgs) -> anyhow::Result<VendorRegistry> {
-    let config = load_device_config(placement.config.as_deref())?;
+    let config = load_device_config(placement.config.as_deref())?
+        .with_switches(placement.vendors.switches());
     Ok(VendorRegistry::from_config(&config))
 }
 
@@ -168,7 +169,7 @@ fn explain(inputs: Inputs<'_>) -> anyhow::Result<Outcome> {
     let annotations = placement
         .as_ref()
         .and_then(|p| p.chosen.as_ref())
-        .map(|(node, fit)| allocation_annotations(registry, node, fit, now))
+        .map(|(node, fit)| allocation_annotations(registry, &plan, node, fit, now))
         .unwrap_or_default();
     let exit = if plan.is_empty() || explanation.fits() {
         Exit::Done

@@ -54,10 +54,20 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum DecodeCommand {
     /// A node register value (`hami.io/node-nvidia-register`): JSON or the legacy
-    /// `id,count,mem,core,type,numa,health[,index,mode]:` form.
+    /// `id,count,mem,core,type,numa,health[,index,mode]:` form; with `--vendor`, the
+    /// way that vendor's inventory is read (`docs/vendors.md`).
     NodeRegister {
-        /// The annotation value.
+        /// The annotation value; for vendors whose devices come from node capacity
+        /// (Cambricon, Metax GPU, Mthreads, Enflame GCU, Kunlun XPU, AWS Neuron), the
+        /// capacity as `resource=count,…`.
         value: String,
+        /// The vendor key or name: dcu, amd, mlu, ascend910b3, mr-v100, metax-sgpu,
+        /// drs, xpu, neuron, vastai, biren, … (default: NVIDIA, JSON or legacy).
+        #[arg(long)]
+        vendor: Option<String>,
+        /// Node name, for vendors whose device IDs are derived from it.
+        #[arg(long, default_value = "node")]
+        node: String,
     },
     /// A pod device string (`hami.io/vgpu-devices-allocated`): one array per container.
     PodDevices {
@@ -93,6 +103,10 @@ pub struct PlacementArgs {
     /// HAMi `device-config.yaml` (resource names, defaults, memory factor).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Which vendors are switched on (`--enable-ascend`, `--enable-iluvatar`), as on the
+    /// scheduler.
+    #[command(flatten)]
+    pub vendors: hami_server::args::VendorArgs,
     /// An unbound pod's GPU assignment counts this long after its `hami.io/vgpu-time`,
     /// as in hami-scheduler (same flag, same default).
     #[arg(long, default_value = "2m", value_parser = hami_server::flags::parse_go_duration, value_name = "DURATION")]
@@ -224,9 +238,11 @@ impl Outcome {
 /// Runs a command; `style` says whether to colour text output.
 pub fn run(cli: &Cli, style: Style) -> anyhow::Result<Outcome> {
     match &cli.command {
-        Command::Decode(DecodeCommand::NodeRegister { value }) => {
-            decode::node_register(value).map(Outcome::done)
-        }
+        Command::Decode(DecodeCommand::NodeRegister {
+            value,
+            vendor,
+            node,
+        }) => decode::node_register(value, vendor.as_deref(), node).map(Outcome::done),
         Command::Decode(DecodeCommand::PodDevices { value }) => {
             decode::pod_devices(value).map(Outcome::done)
         }

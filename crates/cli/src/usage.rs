@@ -5,9 +5,11 @@
 use std::collections::BTreeMap;
 
 use hami_core::holding::{Expiry, PodHolding, Standing, pod_holding};
-use hami_core::ledger::{InventoryIssue, Ledger, NodeInventory, unregistered_reason};
+use hami_core::ledger::{
+    InventoryIssue, Ledger, NodeInventory, unknown_allocations, unregistered_reason,
+};
 use hami_core::pod::{bound_node, pod_name};
-use hami_core::vendor::VendorRegistry;
+use hami_core::vendor::{NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 /// A snapshot's nodes and their usage.
@@ -43,9 +45,7 @@ pub fn snapshot_usage(
     let mut usage = SnapshotUsage::default();
     for node in nodes {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let empty = BTreeMap::new();
-        let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-        let (inventory, issues) = NodeInventory::from_annotations(annotations, registry);
+        let (inventory, issues) = NodeInventory::from_node(&NodeView::of(node), registry);
         for i in &issues {
             usage
                 .warnings
@@ -65,6 +65,16 @@ pub fn snapshot_usage(
     for p in pods {
         if skip_uid.is_some() && p.metadata.uid.as_deref() == skip_uid {
             continue;
+        }
+        if let Some(a) = p.metadata.annotations.as_ref() {
+            let unknown = unknown_allocations(a, registry);
+            if !unknown.is_empty() {
+                usage.warnings.push(format!(
+                    "pod {}: {} name vendors not served (switched off or unknown); not counted",
+                    pod_name(p),
+                    unknown.join(",")
+                ));
+            }
         }
         match pod_holding(p, registry, expiry) {
             Ok(PodHolding::Counts(record)) => {

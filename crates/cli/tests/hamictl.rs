@@ -375,3 +375,231 @@ fn explain_counts_unbound_pods_until_their_reservation_expires() {
     assert!(short["scores"]["gpu-a100-2"].is_number(), "{short}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn decode_node_register_for_other_vendors() {
+    // Hygon DCU: the legacy string its plugin writes.
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        "--vendor",
+        "dcu",
+        "DCU-0,4,16384,100,DCU-Z100,0,true,0,hami-core:",
+    ]));
+    assert_eq!(v[0]["id"], "DCU-0");
+    assert_eq!(v[0]["count"], 4);
+    assert_eq!(v[0]["devmem"], 16384);
+    assert_eq!(v[0]["type"], "DCU-Z100");
+
+    // AMD: JSON, compute units as cores.
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        "--vendor",
+        "AMD",
+        r#"[{"id":"0c3a-amd","count":4,"devmem":196608,"devcore":304,"type":"MI300X","numa":0,"health":true,"index":0}]"#,
+    ]));
+    assert_eq!(v[0]["devcore"], 304);
+    assert_eq!(v[0]["type"], "MI300X");
+
+    // Cambricon: devices from node capacity, IDs from the node name.
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        "--vendor",
+        "cambricon",
+        "--node",
+        "mlu-1",
+        "cambricon.com/mlu.smlu.vcore=200,cambricon.com/mlu.smlu.vmemory=192",
+    ]));
+    let ids: Vec<&str> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["mlu-1-cambricon-mlu-0", "mlu-1-cambricon-mlu-1"]);
+    assert_eq!(v[1]["devmem"], 96 * 256);
+
+    // Ascend needs no switch here: every family is decodable.
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        "--vendor",
+        "ascend910b3",
+        r#"[{"id":"npu-0","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,"customInfo":{"NetworkID":1}}]"#,
+    ]));
+    assert_eq!(v[0]["type"], "Ascend910B3");
+}
+
+#[test]
+fn decode_names_the_vendor_and_input_when_it_fails() {
+    let out = hamictl(&["decode", "node-register", "--vendor", "dcu", "DCU-0,4"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("invalid DCU inventory (hami.io/node-dcu-register)"),
+        "{err}"
+    );
+
+    let out = hamictl(&["decode", "node-register", "--vendor", "mlu", "200"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MLU devices come from node capacity: give it as resource=count pairs"),
+        "{err}"
+    );
+
+    let out = hamictl(&["decode", "node-register", "--vendor", "voodoo", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown vendor \"voodoo\"") && err.contains("DCU") && err.contains("MLU"),
+        "{err}"
+    );
+}
+
+/// A node of a mixed-vendor snapshot.
+fn node(name: &str, annotations: Value, capacity: Value) -> Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": { "name": name, "annotations": annotations },
+        "status": { "capacity": capacity.clone(), "allocatable": capacity }
+    })
+}
+
+fn pod_asking(name: &str, containers: &[Value]) -> Value {
+    let containers: Vec<Value> = containers
+        .iter()
+        .enumerate()
+        .map(|(i, limits)| {
+            serde_json::json!({
+                "name": format!("c{i}"),
+                "image": "busybox",
+                "resources": { "limits": limits }
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": "default", "uid": format!("uid-{name}") },
+        "spec": { "schedulerName": "hami-scheduler", "containers": containers }
+    })
+}
+
+#[test]
+fn explain_places_pods_on_a_mixed_vendor_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let nvidia = r#"[{"id":"GPU-nv-0","count":10,"devmem":15360,"devcore":100,"type":"NVIDIA-Tesla T4","health":true}]"#;
+    let dcu = "DCU-dcu-0,4,16384,100,DCU-Z100,0,true,0,hami-core:";
+    let npu = r#"[{"id":"npu-0","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true}]"#;
+    let snapshot = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            node("nv-1", serde_json::json!({"hami.io/node-nvidia-register": nvidia}), serde_json::json!({"nvidia.com/gpu": "10"})),
+            node("dcu-1", serde_json::json!({"hami.io/node-dcu-register": dcu}), serde_json::json!({})),
+            node("both-1", serde_json::json!({"hami.io/node-nvidia-register": nvidia.replace("GPU-nv", "GPU-both"), "hami.io/node-dcu-register": dcu.replace("DCU-dcu", "DCU-both")}), serde_json::json!({"nvidia.com/gpu": "10"})),
+            node("mlu-1", serde_json::json!({}), serde_json::json!({"cambricon.com/mlu.smlu.vcore": "200", "cambricon.com/mlu.smlu.vmemory": "192"})),
+            node("npu-1", serde_json::json!({"hami.io/node-register-Ascend910B3": npu}), serde_json::json!({})),
+            node("broken-1", serde_json::json!({"hami.io/node-dcu-register": "garbage", "hami.io/node-nvidia-register": nvidia.replace("GPU-nv", "GPU-broken")}), serde_json::json!({})),
+        ]
+    });
+    let snap_path = dir.path().join("snapshot.json");
+    std::fs::write(&snap_path, serde_json::to_vec(&snapshot).unwrap()).unwrap();
+    let explain = |name: &str, containers: &[Value], extra: &[&str]| {
+        let pod_path = dir.path().join(format!("{name}.json"));
+        std::fs::write(
+            &pod_path,
+            serde_json::to_vec(&pod_asking(name, containers)).unwrap(),
+        )
+        .unwrap();
+        let mut args = vec![
+            "explain",
+            "--snapshot",
+            snap_path.to_str().unwrap(),
+            "--pod",
+            pod_path.to_str().unwrap(),
+            "--now",
+            "1700000000",
+            "-o",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        hamictl(&args)
+    };
+
+    // A DCU pod: either DCU node, binpack ties to the first name; the broken node's DCU
+    // register takes only its DCUs out.
+    let out = explain(
+        "dcu",
+        &[serde_json::json!({"hygon.com/dcunum": "1", "hygon.com/dcumem": "2048"})],
+        &[],
+    );
+    let v = json_of(&out);
+    assert_eq!(v["node"], "both-1", "{v}");
+    assert_eq!(
+        v["annotations"]["hami.io/dcu-devices-allocated"],
+        "DCU-both-0,DCU,2048,100:;"
+    );
+    assert_eq!(
+        v["annotations"]["hami.io/dcu-devices-to-allocate"],
+        "DCU-both-0,DCU,2048,100:;"
+    );
+    assert!(v["failed_nodes"]["broken-1"].is_string(), "{v}");
+    assert!(v["failed_nodes"]["nv-1"].is_string(), "{v}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("node broken-1: hami.io/node-dcu-register"),
+        "{err}"
+    );
+
+    // NVIDIA and DCU in one pod: only the node with both.
+    let v = json_of(&explain(
+        "mixed",
+        &[
+            serde_json::json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"}),
+            serde_json::json!({"hygon.com/dcunum": "1"}),
+        ],
+        &[],
+    ));
+    assert_eq!(v["node"], "both-1", "{v}");
+    assert_eq!(
+        v["annotations"]["hami.io/vgpu-devices-allocated"],
+        "GPU-both-0,NVIDIA,1000,0:;;"
+    );
+    assert_eq!(
+        v["annotations"]["hami.io/dcu-devices-allocated"],
+        ";DCU-both-0,DCU,16384,100:;"
+    );
+
+    // Cambricon from node capacity, with its profile annotation.
+    let v = json_of(&explain(
+        "mlu",
+        &[serde_json::json!({"cambricon.com/vmlu": "1", "cambricon.com/mlu.smlu.vmemory": "4"})],
+        &[],
+    ));
+    assert_eq!(v["node"], "mlu-1", "{v}");
+    // Two equal MLUs: the last registered is taken, as HAMi's walk does.
+    assert_eq!(v["annotations"]["CAMBRICON_DSMLU_PROFILE"], "1_100_4");
+
+    // Ascend only with --enable-ascend, as on the scheduler.
+    let npu_pod = [
+        serde_json::json!({"huawei.com/Ascend910B3": "1", "huawei.com/Ascend910B3-memory": "10000"}),
+    ];
+    let v = json_of(&explain("npu", &npu_pod, &[]));
+    assert!(v["node"].is_null(), "{v}");
+    let v = json_of(&explain("npu", &npu_pod, &["--enable-ascend"]));
+    assert_eq!(v["node"], "npu-1", "{v}");
+    assert_eq!(
+        v["annotations"]["hami.io/Ascend910B3-devices-allocated"],
+        "npu-0,Ascend910B3,16384,0:;"
+    );
+    assert_eq!(
+        v["annotations"]["huawei.com/Ascend910B3"],
+        r#"[{"UUID":"npu-0","temp":"vir05_1c_16g","memory":16384}]"#
+    );
+    assert_eq!(v["annotations"]["predicate-time"], "1700000000");
+}

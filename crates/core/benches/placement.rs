@@ -49,6 +49,7 @@ fn cluster(nodes: usize, gpus: usize, pods: usize) -> (Ledger, Vec<String>) {
                 mode: "hami-core".into(),
                 health: true,
                 mig_profiles: vec![],
+                custom_info: Default::default(),
             })
             .collect();
         ledger.set_node(
@@ -74,6 +75,7 @@ fn cluster(nodes: usize, gpus: usize, pods: usize) -> (Ledger, Vec<String>) {
             node: names[n].as_str().into(),
             charges: vec![DeviceCharge {
                 uuid: format!("GPU-{n:05}-{g:02}").into(),
+                vendor: "NVIDIA".into(),
                 slots: 1,
                 mem: 1024 * (1 + rng.next(4)),
                 cores: 5 * rng.next(3),

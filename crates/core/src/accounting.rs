@@ -15,6 +15,8 @@ use crate::request::ContainerKind;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DeviceCharge {
     pub uuid: Arc<str>,
+    /// The vendor key of the device (`NVIDIA`): whose quota it counts against.
+    pub vendor: Arc<str>,
     /// Containers of the pod on the device (at least 1).
     pub slots: u32,
     pub mem: u64,
@@ -48,50 +50,114 @@ impl Dims {
 /// Collapses per-container devices into per-device charges. `kinds[i]` is the kind of
 /// container `i`; entries beyond `kinds` count as app containers.
 pub fn collapse(containers: &[ContainerDevices], kinds: &[ContainerKind]) -> Vec<DeviceCharge> {
-    // uuid -> (running sidecars + apps, init peak)
-    let mut running: BTreeMap<&str, Dims> = BTreeMap::new();
-    let mut init_peak: BTreeMap<&str, Dims> = BTreeMap::new();
-    for (i, devs) in containers.iter().enumerate() {
-        let kind = kinds.get(i).copied().unwrap_or(ContainerKind::App);
-        let mut own: BTreeMap<&str, Dims> = BTreeMap::new();
-        for d in devs {
-            let e = own.entry(d.uuid.as_str()).or_default();
-            *e = e.plus(Dims {
-                slots: 1,
-                mem: u64::from(d.mem_mib),
-                cores: u64::from(d.cores),
-            });
-        }
-        match kind {
-            ContainerKind::Init => {
-                // While this init container runs, earlier sidecars run beside it.
-                for (uuid, d) in own {
-                    let with_sidecars = running.get(uuid).copied().unwrap_or_default().plus(d);
-                    let peak = init_peak.entry(uuid).or_default();
-                    *peak = peak.max(with_sidecars);
-                }
-            }
-            ContainerKind::Sidecar | ContainerKind::App => {
-                for (uuid, d) in own {
-                    let e = running.entry(uuid).or_default();
-                    *e = e.plus(d);
-                }
-            }
-        }
-    }
-    let mut all: BTreeMap<&str, Dims> = running;
-    for (uuid, peak) in init_peak {
-        let e = all.entry(uuid).or_default();
-        *e = e.max(peak);
-    }
-    all.into_iter()
+    let entries = containers.iter().enumerate().flat_map(|(i, devs)| {
+        devs.iter().map(move |d| {
+            (
+                i,
+                d.uuid.as_str(),
+                Dims {
+                    slots: 1,
+                    mem: u64::from(d.mem_mib),
+                    cores: u64::from(d.cores),
+                },
+            )
+        })
+    });
+    collapse_by(entries, kinds)
+        .into_iter()
         .map(|(uuid, d)| DeviceCharge {
             uuid: uuid.into(),
+            vendor: Arc::default(),
             slots: d.slots.max(1),
             mem: d.mem,
             cores: d.cores,
         })
         .collect()
+}
+
+/// [`collapse`] for one vendor's devices of the pod: the charges name the vendor.
+pub fn collapse_vendor(
+    vendor: &str,
+    containers: &[ContainerDevices],
+    kinds: &[ContainerKind],
+) -> Vec<DeviceCharge> {
+    let vendor: Arc<str> = vendor.into();
+    let mut charges = collapse(containers, kinds);
+    for c in &mut charges {
+        c.vendor = vendor.clone();
+    }
+    charges
+}
+
+/// Memory and cores a pod takes in all, collapsed as [`collapse`] does, from
+/// `(container, device, MiB, cores)` entries in container order (any device key): what a
+/// namespace's ResourceQuota counts for the pod (`docs/protocol.md#resourcequota`).
+pub fn collapsed_totals<K: Ord + Copy>(
+    entries: impl IntoIterator<Item = (usize, K, u64, u64)>,
+    kinds: &[ContainerKind],
+) -> (u64, u64) {
+    let dims = entries.into_iter().map(|(c, k, mem, cores)| {
+        (
+            c,
+            k,
+            Dims {
+                slots: 1,
+                mem,
+                cores,
+            },
+        )
+    });
+    collapse_by(dims, kinds)
+        .values()
+        .fold((0, 0), |(m, c), d| (m + d.mem, c + d.cores))
+}
+
+/// The collapse over `(container, device, dims)` entries given in container order.
+fn collapse_by<K: Ord + Copy>(
+    entries: impl IntoIterator<Item = (usize, K, Dims)>,
+    kinds: &[ContainerKind],
+) -> BTreeMap<K, Dims> {
+    // device -> (running sidecars + apps, init peak)
+    let mut running: BTreeMap<K, Dims> = BTreeMap::new();
+    let mut init_peak: BTreeMap<K, Dims> = BTreeMap::new();
+    let mut own: BTreeMap<K, Dims> = BTreeMap::new();
+    let mut current: Option<usize> = None;
+    let mut close = |container: usize, own: &mut BTreeMap<K, Dims>| {
+        match kinds.get(container).copied().unwrap_or(ContainerKind::App) {
+            ContainerKind::Init => {
+                // While this init container runs, earlier sidecars run beside it.
+                for (key, d) in std::mem::take(own) {
+                    let with_sidecars = running.get(&key).copied().unwrap_or_default().plus(d);
+                    let peak = init_peak.entry(key).or_default();
+                    *peak = peak.max(with_sidecars);
+                }
+            }
+            ContainerKind::Sidecar | ContainerKind::App => {
+                for (key, d) in std::mem::take(own) {
+                    let e = running.entry(key).or_default();
+                    *e = e.plus(d);
+                }
+            }
+        }
+    };
+    for (container, key, d) in entries {
+        if let Some(c) = current
+            && c != container
+        {
+            close(c, &mut own);
+        }
+        current = Some(container);
+        let e = own.entry(key).or_default();
+        *e = e.plus(d);
+    }
+    if let Some(c) = current {
+        close(c, &mut own);
+    }
+    for (key, peak) in init_peak {
+        let e = running.entry(key).or_default();
+        *e = e.max(peak);
+    }
+    running
 }
 
 #[cfg(test)]
@@ -115,6 +181,7 @@ mod tests {
             slots,
             mem,
             cores,
+            ..Default::default()
         }
     }
 
@@ -168,5 +235,19 @@ mod tests {
     #[test]
     fn empty_pod_holds_nothing() {
         assert!(collapse(&[vec![], vec![]], &[]).is_empty());
+        assert_eq!(collapsed_totals::<usize>([], &[]), (0, 0));
+    }
+
+    #[test]
+    fn totals_are_the_sum_of_the_collapsed_charges() {
+        let kinds = [ContainerKind::Init, ContainerKind::App, ContainerKind::App];
+        let entries = [
+            (0, 0, 2100, 2),
+            (1, 0, 500, 1),
+            (1, 1, 100, 1),
+            (2, 1, 100, 5),
+        ];
+        // Device 0: max(2100, 500) MiB, max(2, 1) cores; device 1: 100 + 100, 1 + 5.
+        assert_eq!(collapsed_totals(entries, &kinds), (2300, 8));
     }
 }

@@ -1,15 +1,68 @@
-//! The device configuration file (`device-config.yaml`), compatible with HAMi's chart.
-//!
-//! Only the `nvidia` section is interpreted today; the other vendors' sections are
-//! accepted and ignored so one file serves HAMi and hami-rs alike.
+//! The device configuration file (`device-config.yaml`), compatible with HAMi's chart:
+//! one section per vendor family (`nvidia`, `cambricon`, `hygon`, `metax`, `enflame`,
+//! `mthreads`, `iluvatars`, `kunlun`, `awsneuron`, `amd`, `vastai`, `biren`, `vnpus`),
+//! each defaulting to the chart's values. A vendor's section lives beside the vendor
+//! (`crate::vendor`); `docs/vendors.md` lists the keys.
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::vendor::VendorSwitches;
+pub use crate::vendor::amd::AmdConfig;
+pub use crate::vendor::ascend::{AscendConfig, AscendTemplate, VnpusConfig};
+pub use crate::vendor::awsneuron::AwsNeuronConfig;
+pub use crate::vendor::biren::BirenConfig;
+pub use crate::vendor::cambricon::CambriconConfig;
+pub use crate::vendor::enflame::EnflameConfig;
+pub use crate::vendor::hygon::HygonConfig;
+pub use crate::vendor::iluvatar::IluvatarConfig;
+pub use crate::vendor::kunlun::KunlunConfig;
+pub use crate::vendor::metax::MetaxConfig;
+pub use crate::vendor::mthreads::MthreadsConfig;
+pub use crate::vendor::vastai::VastaiConfig;
+
 /// Top level of `device-config.yaml`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DeviceConfig {
     pub nvidia: NvidiaConfig,
+    pub cambricon: CambriconConfig,
+    pub hygon: HygonConfig,
+    pub metax: MetaxConfig,
+    pub enflame: EnflameConfig,
+    pub mthreads: MthreadsConfig,
+    /// Iluvatar's chips, each scheduled as its own vendor (needs `--enable-iluvatar`).
+    pub iluvatars: Vec<IluvatarConfig>,
+    pub kunlun: KunlunConfig,
+    pub awsneuron: AwsNeuronConfig,
+    pub amd: AmdConfig,
+    pub vastai: VastaiConfig,
+    pub biren: BirenConfig,
+    /// Ascend's chips (needs `--enable-ascend`).
+    pub vnpus: VnpusConfig,
+    /// HAMi's `--enable-ascend` and `--enable-iluvatar`: flags, not file keys.
+    #[serde(skip)]
+    pub switches: VendorSwitches,
+}
+
+impl Default for DeviceConfig {
+    fn default() -> Self {
+        DeviceConfig {
+            nvidia: NvidiaConfig::default(),
+            cambricon: CambriconConfig::default(),
+            hygon: HygonConfig::default(),
+            metax: MetaxConfig::default(),
+            enflame: EnflameConfig::default(),
+            mthreads: MthreadsConfig::default(),
+            iluvatars: IluvatarConfig::chart_defaults(),
+            kunlun: KunlunConfig::default(),
+            awsneuron: AwsNeuronConfig::default(),
+            amd: AmdConfig::default(),
+            vastai: VastaiConfig::default(),
+            biren: BirenConfig::default(),
+            vnpus: VnpusConfig::default(),
+            switches: VendorSwitches::default(),
+        }
+    }
 }
 
 /// The `nvidia:` section. Key names are HAMi's.
@@ -93,6 +146,8 @@ pub enum ConfigError {
     ZeroMemoryFactor,
     #[error("device config: nvidia.{key} must not be empty")]
     EmptyResourceName { key: &'static str },
+    #[error("device config: {section}: {reason}")]
+    Vendor { section: String, reason: String },
 }
 
 impl DeviceConfig {
@@ -125,7 +180,34 @@ impl DeviceConfig {
                 return Err(ConfigError::EmptyResourceName { key });
             }
         }
+        // Vendor keys go into pod device strings: no separators, none empty.
+        let words = self
+            .vnpus
+            .configs
+            .iter()
+            .map(|c| ("vnpus.configs", c.common_word.as_str()))
+            .chain(
+                self.iluvatars
+                    .iter()
+                    .map(|c| ("iluvatars", c.common_word.as_str())),
+            );
+        for (section, word) in words {
+            if word.trim().is_empty() || word.contains([',', ':', ';']) {
+                return Err(ConfigError::Vendor {
+                    section: section.to_string(),
+                    reason: format!(
+                        "commonWord {word:?} must be non-empty and free of ',', ':' and ';'"
+                    ),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// The same configuration with HAMi's vendor switches set.
+    pub fn with_switches(mut self, switches: VendorSwitches) -> Self {
+        self.switches = switches;
+        self
     }
 }
 
@@ -139,6 +221,25 @@ mod tests {
         assert_eq!(cfg.nvidia.resource_count_name, "nvidia.com/gpu");
         assert_eq!(cfg.nvidia.default_gpu_num, 1);
         assert_eq!(cfg.nvidia.memory_factor, 1);
+    }
+
+    #[test]
+    fn vendor_sections_default_to_the_chart_and_are_read() {
+        let cfg = DeviceConfig::from_yaml("").unwrap();
+        assert_eq!(cfg.hygon.resource_count_name, "hygon.com/dcunum");
+        assert_eq!(cfg.cambricon.resource_count_name, "cambricon.com/vmlu");
+        assert_eq!(cfg.iluvatars.len(), 4);
+        assert_eq!(cfg.vnpus.configs.len(), 7);
+        assert!(!cfg.switches.ascend && !cfg.switches.iluvatar);
+        let yaml = "hygon:\n  resourceCountName: hygon.com/dcu\n  memoryFactor: 2\niluvatars:\n- chipName: MR-V100\n  commonWord: MR-V100\n  resourceCountName: iluvatar.ai/vgpu\n  resourceMemoryName: iluvatar.ai/vcuda-memory\n  resourceCoreName: iluvatar.ai/vcuda-core\n";
+        let cfg = DeviceConfig::from_yaml(yaml).unwrap();
+        assert_eq!(cfg.hygon.resource_count_name, "hygon.com/dcu");
+        assert_eq!(cfg.hygon.resource_memory_name, "hygon.com/dcumem");
+        assert_eq!(cfg.hygon.memory_factor, 2);
+        assert_eq!(cfg.iluvatars.len(), 1);
+        assert_eq!(cfg.iluvatars[0].resource_count_name, "iluvatar.ai/vgpu");
+        let err = DeviceConfig::from_yaml("iluvatars:\n- commonWord: 'a,b'\n").unwrap_err();
+        assert!(err.to_string().contains("commonWord"), "{err}");
     }
 
     #[test]

@@ -13,20 +13,21 @@ use crate::annotations as keys;
 use crate::codec::scoring_weights::{ScoringWeights, decode_scoring_weights};
 use crate::codec::{CodecError, encode_pod_single_device};
 use crate::fit::{
-    FitFailure, FitScratch, FitSettings, Pick, PodTotals, QuotaBudget, container_device,
+    DeviceWork, FitFailure, FitScratch, FitSettings, Pick, Placed, PodSoFar, container_device,
     enough_devices_pass, fit_container_into,
 };
 use crate::frag::live::{
     CachedScore, FragModel, FragNode, NodeFrag, PodFrag, free_share, node_rank,
 };
-use crate::ledger::{Ledger, NodeState};
+use crate::ledger::{Ledger, NodeInventory, NodeState};
 use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
+use crate::quota::QuotaBudget;
 use crate::reason::NODE_UNREGISTERED;
 use crate::request::{ContainerKind, PodRequests, RequestError};
 use crate::resources::{QuantityError, Resources, pod_requests};
 use crate::score::Usage;
-use crate::vendor::{ConstraintError, DeviceConstraints, VendorRegistry};
+use crate::vendor::{AllocationContext, ConstraintError, DeviceConstraints, VendorRegistry};
 
 /// Cluster-wide defaults (scheduler flags).
 #[derive(Debug, Clone, Default)]
@@ -62,7 +63,9 @@ pub struct PodPlan {
     pub weights: ScoringWeights,
     /// Per vendor key.
     pub constraints: BTreeMap<String, DeviceConstraints>,
-    /// Per vendor key; absent = unlimited.
+    /// Per vendor key: the namespace's ResourceQuota budget; absent = unlimited. Set by
+    /// the caller, who knows the namespace's limits and use
+    /// (`docs/protocol.md#resourcequota`).
     pub quota: BTreeMap<String, QuotaBudget>,
     /// Vendor keys the pod asks for, sorted.
     pub vendor_keys: Vec<String>,
@@ -180,13 +183,9 @@ pub struct NodeFit {
     pub score: f32,
     /// Per vendor key: devices of every container (init first; empty entries kept).
     pub devices: BTreeMap<String, PodSingleDevice>,
-}
-
-/// One container's picks on one vendor's devices of a node.
-#[derive(Debug, Clone, Copy)]
-struct Placed {
-    container: usize,
-    pick: Pick,
+    /// The node's registered devices (what the allocation annotations may need beyond
+    /// the device strings).
+    pub inventory: Arc<NodeInventory>,
 }
 
 /// Buffers reused while one pod is evaluated against many nodes.
@@ -196,10 +195,13 @@ struct Scratch {
     /// Per vendor of the plan: working usage of the current node.
     work: Vec<Vec<Usage>>,
     init_work: Vec<Usage>,
+    /// Per vendor of the plan: HAMi's device list order on the current node
+    /// ([`crate::policy::DeviceKeys::rank`]).
+    ranks: Vec<Vec<u32>>,
+    init_ranks: Vec<u32>,
     container_picks: Vec<Pick>,
     /// Per vendor of the plan: its group on the current node.
     groups: Vec<Option<usize>>,
-    totals: Vec<PodTotals>,
     /// Per vendor of the plan: picks on the current node.
     picks: Vec<Vec<Placed>>,
     best: Vec<Vec<Placed>>,
@@ -216,7 +218,13 @@ pub fn fit_node(
     let mut scratch = Scratch::default();
     let steps = compile(plan, registry)?;
     let scored = fit_node_compact(plan, &steps, node, &mut scratch)?;
-    Ok(materialize(plan, node, &scratch.picks, scored.score))
+    Ok(materialize(
+        plan,
+        registry,
+        node,
+        &scratch.picks,
+        scored.score,
+    ))
 }
 
 /// One container's request for one vendor, resolved once per placement so the per-node
@@ -229,6 +237,9 @@ struct Step<'p> {
     vi: usize,
     req: &'p ContainerDeviceRequest,
     settings: FitSettings<'p>,
+    /// A later app container asks for this vendor too: it sees the device order this
+    /// container's sort leaves.
+    keep_order: bool,
 }
 
 /// Constraints of a vendor the pod sets none for.
@@ -263,12 +274,22 @@ fn compile<'p>(
                     constraints,
                     policy: &plan.gpu_policy,
                     weights: &plan.weights,
-                    quota: plan.quota.get(vendor_key).copied().unwrap_or_default(),
+                    quota: plan.quota.get(vendor_key),
                     // Set per node (the score reads the node's CPU and memory).
                     frag: None,
+                    custom_capacity: vendor.custom_capacity(),
+                    node_check: vendor.checks_node(),
+                    vendor_choice: vendor.may_choose_devices(),
                 },
+                keep_order: false,
             });
         }
+    }
+    // HAMi sorts one device list in place for every container; regular init containers
+    // are fitted on copies, so only app containers (and sidecars) pass an order on.
+    for i in 0..steps.len() {
+        let vi = steps[i].vi;
+        steps[i].keep_order = !steps[i].init && steps[i + 1..].iter().any(|t| t.vi == vi);
     }
     Ok(steps)
 }
@@ -317,17 +338,20 @@ fn fit_node_compact(
     let device_frag = frag.filter(|_| plan.gpu_policy.frag);
     let vendors = &plan.vendor_keys;
     scratch.work.resize_with(vendors.len(), Vec::new);
+    scratch.ranks.resize_with(vendors.len(), Vec::new);
     scratch.picks.resize_with(vendors.len(), Vec::new);
     scratch.groups.clear();
-    scratch.totals.clear();
-    scratch.totals.resize(vendors.len(), PodTotals::default());
     for (vi, key) in vendors.iter().enumerate() {
         let group = node.group(key);
         scratch.groups.push(group);
         scratch.picks[vi].clear();
         scratch.work[vi].clear();
+        scratch.ranks[vi].clear();
         if let Some(g) = group {
-            scratch.work[vi].extend_from_slice(node.group_usage(g));
+            let usage = node.group_usage(g);
+            scratch.work[vi].extend_from_slice(usage);
+            // Registration order, before the pod's first container is sorted.
+            scratch.ranks[vi].extend(0..usage.len() as u32);
         }
     }
     for step in steps {
@@ -337,26 +361,42 @@ fn fit_node_compact(
             .ok_or(FitFailure::InsufficientDevices)?;
         let mut settings = step.settings;
         settings.frag = device_frag;
+        let pod = PodSoFar {
+            container: step.container,
+            kinds: &plan.kinds,
+            placed: &scratch.picks[vi],
+            keep_order: step.keep_order,
+        };
         if step.init {
+            // Fitted apart: the init container's picks and order do not stay.
             scratch.init_work.clear();
             scratch.init_work.extend_from_slice(&scratch.work[vi]);
-            let mut init_totals = scratch.totals[vi];
+            scratch.init_ranks.clear();
+            scratch.init_ranks.extend_from_slice(&scratch.ranks[vi]);
+            let mut work = DeviceWork {
+                usage: &mut scratch.init_work,
+                rank: &mut scratch.init_ranks,
+            };
             fit_container_into(
                 set,
-                &mut scratch.init_work,
+                &mut work,
                 step.req,
                 settings,
-                &mut init_totals,
+                pod,
                 &mut scratch.fit,
                 &mut scratch.container_picks,
             )?;
         } else {
+            let mut work = DeviceWork {
+                usage: &mut scratch.work[vi],
+                rank: &mut scratch.ranks[vi],
+            };
             fit_container_into(
                 set,
-                &mut scratch.work[vi],
+                &mut work,
                 step.req,
                 settings,
-                &mut scratch.totals[vi],
+                pod,
                 &mut scratch.fit,
                 &mut scratch.container_picks,
             )?;
@@ -399,11 +439,17 @@ fn frag_gain(frag: &FragNode<'_>, plan: &PodPlan, node: &NodeState, picks: &[Vec
 }
 
 /// Builds the wire form of compact picks.
-fn materialize(plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>], score: f32) -> NodeFit {
+fn materialize(
+    plan: &PodPlan,
+    registry: &VendorRegistry,
+    node: &NodeState,
+    picks: &[Vec<Placed>],
+    score: f32,
+) -> NodeFit {
     let n = plan.requests.containers.len();
     let mut devices = BTreeMap::new();
     for (key, placed) in plan.vendor_keys.iter().zip(picks) {
-        let Some((infos, _)) = node.vendor(key) else {
+        let (Some((infos, _)), Some(vendor)) = (node.vendor(key), registry.get(key)) else {
             continue;
         };
         let mut per_container: PodSingleDevice = vec![Vec::new(); n];
@@ -412,12 +458,16 @@ fn materialize(plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>], score: f
                 per_container.get_mut(p.container),
                 plan.requests.containers[p.container].by_vendor.get(key),
             ) {
-                slot.push(container_device(infos, req, &p.pick));
+                slot.push(container_device(vendor.as_ref(), infos, req, &p.pick));
             }
         }
         devices.insert(key.clone(), per_container);
     }
-    NodeFit { score, devices }
+    NodeFit {
+        score,
+        devices,
+        inventory: node.shared_inventory().clone(),
+    }
 }
 
 /// The outcome of placing one pod over a set of candidate nodes.
@@ -586,7 +636,7 @@ fn place_with<'a>(
     };
     Some((
         best.node.name().to_string(),
-        materialize(plan, best.node, &picks, best.scored.score),
+        materialize(plan, registry, best.node, &picks, best.scored.score),
     ))
 }
 
@@ -743,10 +793,12 @@ fn better_node(policy: NodePolicy, a_rank: f64, a: &str, b_rank: f64, b: &str) -
 }
 
 /// The pod annotations the scheduler writes for a placement
-/// (`docs/protocol.md#pod-annotations-the-scheduler-writes`):
-/// node, decision time, and per vendor the to-allocate and allocated device strings.
+/// (`docs/protocol.md#pod-annotations-the-scheduler-writes`, `docs/vendors.md`):
+/// node, decision time, and per vendor the to-allocate and allocated device strings and
+/// whatever else that vendor's device plugin expects.
 pub fn allocation_annotations(
     registry: &VendorRegistry,
+    plan: &PodPlan,
     node: &str,
     fit: &NodeFit,
     now_unix: i64,
@@ -755,11 +807,35 @@ pub fn allocation_annotations(
     out.insert(keys::VGPU_NODE.to_string(), node.to_string());
     out.insert(keys::VGPU_TIME.to_string(), now_unix.to_string());
     for (vendor_key, devices) in &fit.devices {
-        if let Some(v) = registry.get(vendor_key) {
-            let value = encode_pod_single_device(devices);
-            out.insert(v.to_allocate_annotation().to_string(), value.clone());
-            out.insert(v.allocated_annotation().to_string(), value);
+        let Some(v) = registry.get(vendor_key) else {
+            continue;
+        };
+        let value = encode_pod_single_device(devices);
+        if let Some(key) = v.to_allocate_annotation() {
+            out.insert(key.to_string(), value.clone());
         }
+        out.insert(v.allocated_annotation().to_string(), value);
+        let constraints = plan.constraints.get(vendor_key).unwrap_or(&NO_CONSTRAINTS);
+        let requests: Vec<Option<&ContainerDeviceRequest>> = plan
+            .requests
+            .containers
+            .iter()
+            .map(|c| c.by_vendor.get(vendor_key))
+            .collect();
+        let node_devices = fit
+            .inventory
+            .vendors
+            .iter()
+            .find(|vd| &vd.vendor == vendor_key)
+            .map_or(&[][..], |vd| vd.devices.as_slice());
+        out.extend(v.extra_annotations(&AllocationContext {
+            node,
+            devices,
+            requests: &requests,
+            node_devices,
+            constraints,
+            now_unix,
+        }));
     }
     out
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Pod;
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::accounting::{DeviceCharge, collapse};
+use crate::accounting::{DeviceCharge, collapse_vendor};
 use crate::annotations as keys;
 use crate::codec::topology::PairScores;
 use crate::codec::{
@@ -20,10 +20,11 @@ use crate::fit::{DeviceFacts, DeviceSet};
 use crate::frag::live::NodeFragCache;
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::pod;
+use crate::quota::NamespaceUse;
 use crate::request::ContainerKind;
 use crate::resources::Resources;
 use crate::score::{Usage, node_score};
-use crate::vendor::VendorRegistry;
+use crate::vendor::{NodeView, VendorRegistry};
 
 /// The devices one vendor registered on a node.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -43,11 +44,18 @@ pub struct NodeInventory {
     pub pair_scores: PairScores,
 }
 
-/// A node annotation that could not be used, for the caller to log.
+/// A node annotation (or capacity) that could not be used, for the caller to log and
+/// to report in `FailedNodes`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InventoryIssue {
+    /// The vendor whose devices it concerns.
+    pub vendor: String,
+    /// Where the bad value is (`hami.io/node-dcu-register`, `capacity cambricon.com/...`).
     pub annotation: String,
     pub error: String,
+    /// The vendor's devices on the node are out of scheduling because of it (a
+    /// duplicate device only drops the duplicate).
+    pub blocking: bool,
 }
 
 /// Why a node that registered no usable device cannot take a pod, as FailedNodes and
@@ -66,19 +74,32 @@ pub fn unregistered_reason(first_issue: Option<&InventoryIssue>) -> String {
 }
 
 impl NodeInventory {
-    /// Reads a node's annotations. A vendor whose register annotation does not decode
-    /// contributes no devices (and an issue), so a corrupt value never half-registers.
+    /// Reads a node's annotations only (snapshots and tests without node capacity);
+    /// see [`NodeInventory::from_node`].
     pub fn from_annotations(
         annotations: &BTreeMap<String, String>,
         registry: &VendorRegistry,
     ) -> (Self, Vec<InventoryIssue>) {
+        Self::from_node(&NodeView::annotations_only("", annotations), registry)
+    }
+
+    /// Reads a node's devices, vendor by vendor. A vendor whose register value does not
+    /// decode contributes no devices (and a blocking issue), so a corrupt value never
+    /// half-registers and never touches another vendor's devices.
+    pub fn from_node(
+        node: &NodeView<'_>,
+        registry: &VendorRegistry,
+    ) -> (Self, Vec<InventoryIssue>) {
+        let annotations = node.annotations;
         let mut issues = Vec::new();
         let mut vendors = Vec::new();
+        let mut pair_scores = PairScores::default();
         for v in registry.vendors() {
-            match v.decode_inventory(annotations) {
+            let source = v.inventory_source().describe();
+            match v.decode_inventory(node) {
                 None => {}
                 Some(Ok(devices)) => {
-                    let devices = dedup_devices(devices, v.register_annotation(), &mut issues);
+                    let devices = dedup_devices(devices, v.common_word(), &source, &mut issues);
                     if !devices.is_empty() {
                         vendors.push(VendorDevices {
                             vendor: v.common_word().to_string(),
@@ -87,28 +108,31 @@ impl NodeInventory {
                     }
                 }
                 Some(Err(e)) => issues.push(InventoryIssue {
-                    annotation: v.register_annotation().to_string(),
+                    vendor: v.common_word().to_string(),
+                    annotation: source,
                     error: e.to_string(),
+                    blocking: true,
                 }),
+            }
+            let Some(key) = v.pair_score_annotation() else {
+                continue;
+            };
+            if let Some(value) = annotations.get(key) {
+                match decode_topology_scores(value) {
+                    Ok(s) => pair_scores = PairScores::new(&s),
+                    Err(e) => issues.push(InventoryIssue {
+                        vendor: v.common_word().to_string(),
+                        annotation: key.to_string(),
+                        error: e.to_string(),
+                        blocking: false,
+                    }),
+                }
             }
         }
         let cordon = annotations
             .get(keys::DEVICE_CORDON)
             .map(|v| parse_device_cordon(v))
             .unwrap_or_default();
-        let pair_scores = match annotations.get(keys::NVIDIA_NODE_SCORE) {
-            None => PairScores::default(),
-            Some(v) => match decode_topology_scores(v) {
-                Ok(s) => PairScores::new(&s),
-                Err(e) => {
-                    issues.push(InventoryIssue {
-                        annotation: keys::NVIDIA_NODE_SCORE.to_string(),
-                        error: e.to_string(),
-                    });
-                    PairScores::default()
-                }
-            },
-        };
         (
             NodeInventory {
                 vendors,
@@ -124,7 +148,8 @@ impl NodeInventory {
 /// the same card: keep the first, report the rest.
 fn dedup_devices(
     devices: Vec<DeviceInfo>,
-    annotation: &str,
+    vendor: &str,
+    source: &str,
     issues: &mut Vec<InventoryIssue>,
 ) -> Vec<DeviceInfo> {
     let mut seen = BTreeSet::new();
@@ -134,8 +159,10 @@ fn dedup_devices(
             out.push(d);
         } else {
             issues.push(InventoryIssue {
-                annotation: annotation.to_string(),
+                vendor: vendor.to_string(),
+                annotation: source.to_string(),
                 error: format!("device {} registered twice; the duplicate is ignored", d.id),
+                blocking: false,
             });
         }
     }
@@ -201,7 +228,7 @@ impl PodRecord {
                     annotation: v.allocated_annotation().to_string(),
                     error: Box::new(error),
                 })?;
-            charges.extend(collapse(&devices, &kinds));
+            charges.extend(collapse_vendor(v.common_word(), &devices, &kinds));
         }
         Ok(Some(PodRecord {
             uid: uid.into(),
@@ -226,9 +253,33 @@ impl PodRecord {
             namespace: namespace.into(),
             name: name.into(),
             node: node.into(),
-            charges: devices.values().flat_map(|d| collapse(d, kinds)).collect(),
+            charges: devices
+                .iter()
+                .flat_map(|(vendor, d)| collapse_vendor(vendor, d, kinds))
+                .collect(),
         }
     }
+}
+
+/// Allocation annotations of vendors `registry` does not serve (a family switched off,
+/// or one hami-rs does not know): the keys, for a warning. Their devices are not
+/// accounted.
+pub fn unknown_allocations(
+    annotations: &BTreeMap<String, String>,
+    registry: &VendorRegistry,
+) -> Vec<String> {
+    annotations
+        .keys()
+        .filter(|k| {
+            let rest = k.strip_prefix("hami.io/").unwrap_or_default();
+            (rest.ends_with("-devices-allocated") || rest.ends_with("-allocated"))
+                && !registry
+                    .vendors()
+                    .iter()
+                    .any(|v| v.allocated_annotation() == k.as_str())
+        })
+        .cloned()
+        .collect()
 }
 
 /// Container kinds of a pod in annotation order (init containers first).
@@ -367,7 +418,18 @@ impl NodeState {
         &self.name
     }
 
+    /// The vendor whose device has this UUID on this node.
+    pub fn vendor_of(&self, uuid: &str) -> Option<&str> {
+        self.position(uuid)
+            .map(|(g, _)| self.inventory.vendors[g].vendor.as_str())
+    }
+
     pub fn inventory(&self) -> &NodeInventory {
+        &self.inventory
+    }
+
+    /// The inventory itself, shared: a copy that costs one reference count.
+    pub fn shared_inventory(&self) -> &Arc<NodeInventory> {
         &self.inventory
     }
 
@@ -473,6 +535,8 @@ pub struct Ledger {
     resources: FxHashMap<Arc<str>, NodeResources>,
     /// Pod shapes whose frag scores each node remembers; `None` = the default.
     score_cache_capacity: Option<usize>,
+    /// Per namespace, per vendor: what its pods hold, for ResourceQuota.
+    namespaces: FxHashMap<Arc<str>, FxHashMap<Arc<str>, NamespaceUse>>,
 }
 
 /// Removals between two sweeps of interned strings nobody uses any more (deleted nodes
@@ -523,7 +587,9 @@ impl Ledger {
         record.node = self.intern(&record.node);
         for c in &mut record.charges {
             c.uuid = self.intern(&c.uuid);
+            c.vendor = self.intern(&c.vendor);
         }
+        self.charge_namespace(&record, true);
         // Records live as long as their pods; `extend` leaves room for four charges.
         record.charges.shrink_to_fit();
         let mut report = ApplyReport::default();
@@ -537,6 +603,64 @@ impl Ledger {
             .insert(record.uid.clone());
         self.pods.insert(record.uid.clone(), record);
         report
+    }
+
+    /// Adds (or removes) a record's charges to its namespace's use.
+    fn charge_namespace(&mut self, rec: &PodRecord, add: bool) {
+        if rec.charges.is_empty() {
+            return;
+        }
+        let vendors = self.namespaces.entry(rec.namespace.clone()).or_default();
+        for c in &rec.charges {
+            let u = vendors.entry(c.vendor.clone()).or_default();
+            if add {
+                u.memory = u.memory.saturating_add(c.mem);
+                u.cores = u.cores.saturating_add(c.cores);
+            } else {
+                u.memory = u.memory.saturating_sub(c.mem);
+                u.cores = u.cores.saturating_sub(c.cores);
+            }
+        }
+        if !add {
+            vendors.retain(|_, u| *u != NamespaceUse::default());
+            if vendors.is_empty() {
+                self.namespaces.remove(&rec.namespace);
+            }
+        }
+    }
+
+    /// What the namespace's pods hold of the vendor's devices (reservations included),
+    /// kept up to date as records come and go.
+    pub fn namespace_use(&self, namespace: &str, vendor: &str) -> NamespaceUse {
+        self.namespaces
+            .get(namespace)
+            .and_then(|v| v.get(vendor))
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every namespace's use per vendor: (namespace, vendor, use).
+    pub fn namespace_uses(&self) -> impl Iterator<Item = (&str, &str, NamespaceUse)> {
+        self.namespaces
+            .iter()
+            .flat_map(|(ns, v)| v.iter().map(move |(vendor, u)| (&**ns, &**vendor, *u)))
+    }
+
+    /// Recomputes a namespace's use from the records; for tests that check the incremental
+    /// bookkeeping against the definition.
+    pub fn recomputed_namespace_use(&self, namespace: &str, vendor: &str) -> NamespaceUse {
+        let mut u = NamespaceUse::default();
+        for c in self
+            .pods
+            .values()
+            .filter(|r| &*r.namespace == namespace)
+            .flat_map(|r| &r.charges)
+            .filter(|c| &*c.vendor == vendor)
+        {
+            u.memory += c.mem;
+            u.cores += c.cores;
+        }
+        u
     }
 
     /// A shared copy of `s`: the same allocation for every record that names it.
@@ -561,6 +685,7 @@ impl Ledger {
         if let Some(node) = self.nodes.get_mut(&*rec.node) {
             node.charge(&rec.charges, false);
         }
+        self.charge_namespace(&rec, false);
         if let Some(set) = self.pods_by_node.get_mut(&rec.node) {
             set.remove(uid);
             if set.is_empty() {
@@ -637,6 +762,11 @@ impl Ledger {
 
     pub fn node(&self, name: &str) -> Option<&NodeState> {
         self.nodes.get(name)
+    }
+
+    /// Nodes in no particular order (cheaper than [`Ledger::nodes`]).
+    pub fn nodes_unordered(&self) -> impl Iterator<Item = &NodeState> {
+        self.nodes.values()
     }
 
     /// Nodes in name order.

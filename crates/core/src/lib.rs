@@ -4,11 +4,11 @@
 //! decisions. Layers, bottom up: [`model`] and [`codec`] (HAMi's wire formats),
 //! [`config`], [`request`] and [`resources`] (what pods ask for), [`vendor`] (what differs per
 //! accelerator), [`fit`], [`score`] and [`policy`] (one node), [`accounting`],
-//! [`holding`] and [`ledger`] (usage), [`engine`] (one pod over many nodes), [`explain`]
-//! and [`view`] (placements and usage as people read them). [`pod`] holds the rules about
-//! pods every component shares, [`sync`] the one poison-tolerant locking rule every crate
-//! uses. Beside them, [`shared_region`]: HAMi-core's per-container cache file, as the
-//! node monitor reads it.
+//! [`holding`] and [`ledger`] (usage), [`quota`] (namespace limits), [`engine`] (one pod
+//! over many nodes), [`explain`] and [`view`] (placements and usage as people read them).
+//! [`pod`] holds the rules about pods every component shares, [`sync`] the one
+//! poison-tolerant locking rule every crate uses. Beside them, [`shared_region`]:
+//! HAMi-core's per-container cache file, as the node monitor reads it.
 
 pub mod accounting;
 pub mod annotations;
@@ -23,6 +23,7 @@ pub mod ledger;
 pub mod model;
 pub mod pod;
 pub mod policy;
+pub mod quota;
 pub mod reason;
 pub mod request;
 pub mod resources;

@@ -4,10 +4,13 @@
 //! carry domain names; HAMi's Go names (`devmem`, `usedmem`, …) exist only on the wire,
 //! in the codecs (`crate::codec`) and the serde renames below.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
-/// One physical device as a device plugin registers it on its node
-/// (an element of `hami.io/node-nvidia-register`).
+/// One physical device as a device plugin registers it on its node (an element of
+/// `hami.io/node-nvidia-register` or of another vendor's register annotation, or a
+/// device derived from the node's capacity; `docs/vendors.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct DeviceInfo {
     /// Device UUID (`GPU-…`); the key every allocation refers to.
@@ -35,6 +38,30 @@ pub struct DeviceInfo {
     /// MIG profiles the device offers (only in `mig` mode).
     #[serde(rename = "migProfiles", default, skip_serializing_if = "Vec::is_empty")]
     pub mig_profiles: Vec<MigProfile>,
+    /// Vendor-specific facts the register carries (`custominfo`): Ascend's
+    /// `NetworkID`, Vastai's `AIC` and `DeviceStrategy`, AMD's `pciBDF`, … Empty for
+    /// NVIDIA.
+    #[serde(
+        rename = "custominfo",
+        default,
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub custom_info: BTreeMap<String, serde_json::Value>,
+}
+
+impl DeviceInfo {
+    /// A `custominfo` entry as an integer (JSON numbers are floats in Go's decoder, so
+    /// an integral float counts).
+    pub fn custom_int(&self, key: &str) -> Option<i64> {
+        let v = self.custom_info.get(key)?;
+        v.as_i64()
+            .or_else(|| v.as_f64().filter(|f| f.fract() == 0.0).map(|f| f as i64))
+    }
+
+    /// A `custominfo` entry as a string.
+    pub fn custom_str(&self, key: &str) -> Option<&str> {
+        self.custom_info.get(key)?.as_str()
+    }
 }
 
 /// A MIG profile a device can be partitioned into.

@@ -112,7 +112,8 @@ impl GpuPolicy {
         let mutex = items.contains(&"mutex");
         let topology_aware = items.contains(&"topology-aware");
         let frag = items.contains(&"frag");
-        let single = items.len() <= 1 && items.first() != Some(&"numa");
+        // HAMi reads any value with a comma (even `binpack,`) and a bare `numa` as a chain.
+        let single = !text.contains(',') && text != "numa";
         let mut keys = Vec::new();
         if single {
             keys.push(match items.first() {
@@ -168,8 +169,11 @@ impl GpuPolicy {
 
     /// Orders two devices by preference (the preferred one first) under this policy.
     ///
-    /// HAMi sorts ascending and walks from the end; this is the same order reversed,
-    /// with device index ascending as the final, deterministic tie-break.
+    /// HAMi sorts the node's devices ascending with a stable sort and walks the list from
+    /// its end (`docs/protocol.md#gpu-policies`); this is that walk order: HAMi's keys
+    /// reversed, chains' device index descending, and last the device's position in the
+    /// list before the sort ([`DeviceKeys::rank`]) descending, since a stable sort keeps
+    /// equal devices in that order and the walk meets the last of them first.
     pub fn prefer(&self, a: &DeviceKeys, b: &DeviceKeys, numa_bind: bool) -> Ordering {
         let by_score_desc = || b.score.total_cmp(&a.score);
         let by_score_asc = || a.score.total_cmp(&b.score);
@@ -197,9 +201,10 @@ impl GpuPolicy {
                     SortKey::Numa => by_numa_desc(),
                 });
             }
-            ord
+            // A chain's last key is the device index, ascending in HAMi's sort.
+            ord.then(b.index.cmp(&a.index))
         };
-        ord.then(a.index.cmp(&b.index))
+        ord.then(b.rank.cmp(&a.rank))
     }
 }
 
@@ -223,18 +228,24 @@ pub struct DeviceKeys {
     pub numa: i32,
     pub used: u32,
     pub index: u32,
+    /// Position in HAMi's device list before this sort: registration order for a pod's
+    /// first container, then the order the previous container's sort left (HAMi sorts
+    /// one list in place for every container of the pod).
+    pub rank: u32,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Keys of a device registered at position `index` (rank = index).
     fn k(score: f32, numa: i32, used: u32, index: u32) -> DeviceKeys {
         DeviceKeys {
             score,
             numa,
             used,
             index,
+            rank: index,
         }
     }
 
@@ -256,9 +267,59 @@ mod tests {
     }
 
     #[test]
-    fn equal_scores_fall_back_to_numa_then_index() {
+    fn equal_scores_fall_back_to_numa_then_the_last_registered() {
         let devs = [k(2.0, 0, 0, 0), k(2.0, 1, 0, 1), k(2.0, 0, 0, 2)];
+        // HAMi sorts [0, 2, 1] (NUMA ascending, stable) and walks it from the end.
+        assert_eq!(order("binpack", false, &devs), vec![1, 2, 0]);
+    }
+
+    /// HAMi's walk meets equal devices last-registered first, under every policy
+    /// (`docs/protocol.md#gpu-policies`).
+    #[test]
+    fn identical_devices_are_taken_last_registered_first() {
+        let devs = [k(3.0, 0, 1, 0), k(3.0, 0, 1, 1), k(3.0, 0, 1, 2)];
+        for policy in [
+            "binpack",
+            "spread",
+            "mutex",
+            "topology-aware",
+            "frag",
+            "numa",
+            "binpack,numa",
+            "numa,spread",
+            "spread,mutex",
+            ",",
+        ] {
+            assert_eq!(order(policy, false, &devs), vec![2, 1, 0], "{policy}");
+            assert_eq!(order(policy, true, &devs), vec![2, 1, 0], "{policy}");
+        }
+    }
+
+    /// Single policies keep the list order for ties (a stable sort); chains sort by the
+    /// device index last, so only there the index decides.
+    #[test]
+    fn ties_follow_list_order_for_single_policies_and_index_for_chains() {
+        // Listed as index 2, 0, 1 (ranks 0, 1, 2).
+        let devs = [
+            DeviceKeys {
+                rank: 0,
+                ..k(1.0, 0, 0, 2)
+            },
+            DeviceKeys {
+                rank: 1,
+                ..k(1.0, 0, 0, 0)
+            },
+            DeviceKeys {
+                rank: 2,
+                ..k(1.0, 0, 0, 1)
+            },
+        ];
+        assert_eq!(order("spread", false, &devs), vec![1, 0, 2]);
         assert_eq!(order("binpack", false, &devs), vec![1, 0, 2]);
+        assert_eq!(order("binpack,numa", false, &devs), vec![2, 1, 0]);
+        assert_eq!(order("numa", false, &devs), vec![2, 1, 0]);
+        // Any comma makes a chain, as in HAMi.
+        assert_eq!(order("binpack,", false, &devs), vec![2, 1, 0]);
     }
 
     #[test]

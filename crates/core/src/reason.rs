@@ -18,10 +18,16 @@ pub enum Reason {
     CardComputeUnitsExhausted,
     CardMigTopologyInfeasible,
     AllocatedCardsInsufficientRequest,
+    /// The pod's mode cannot run on the node (Ascend soft split on a node without
+    /// hami-vnpu-core, an Enflame profile nothing offers).
+    ModeNotFit,
+    /// A vendor rule about the device itself refused it (Metax's QoS and app class,
+    /// Kunlun's topology groups).
+    CardNotFoundCustomFilterRule,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 15] = [
         Reason::CardNotHealth,
         Reason::CardCordoned,
         Reason::CardTypeMismatch,
@@ -35,6 +41,8 @@ impl Reason {
         Reason::CardComputeUnitsExhausted,
         Reason::CardMigTopologyInfeasible,
         Reason::AllocatedCardsInsufficientRequest,
+        Reason::ModeNotFit,
+        Reason::CardNotFoundCustomFilterRule,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +60,8 @@ impl Reason {
             Reason::CardComputeUnitsExhausted => "CardComputeUnitsExhausted",
             Reason::CardMigTopologyInfeasible => "CardMigTopologyInfeasible",
             Reason::AllocatedCardsInsufficientRequest => "AllocatedCardsInsufficientRequest",
+            Reason::ModeNotFit => "ModeNotFit",
+            Reason::CardNotFoundCustomFilterRule => "CardNotFoundCustomFilterRule",
         }
     }
 }

@@ -31,6 +31,15 @@ pub enum RequestError {
         value: i64,
         max: i64,
     },
+    /// A value the vendor cannot serve (an odd Ascend 910C count, a memory no template
+    /// holds, …); the reason is the vendor's.
+    #[error("container {container}: resource {resource}={value}: {reason}")]
+    Unservable {
+        container: String,
+        resource: String,
+        value: String,
+        reason: String,
+    },
 }
 
 /// Where a container runs in the pod's life.
@@ -72,12 +81,23 @@ impl PodRequests {
     /// Reads every container of `pod` through every vendor of `registry`.
     pub fn from_pod(pod: &Pod, registry: &VendorRegistry) -> Result<Self, RequestError> {
         let mut containers = Vec::new();
+        let annotations = pod.metadata.annotations.as_ref().unwrap_or(&NO_ANNOTATIONS);
         if let Some(spec) = &pod.spec {
             for c in spec.init_containers.iter().flatten() {
-                containers.push(container_requests(c, ContainerKind::of_init(c), registry)?);
+                containers.push(container_requests(
+                    c,
+                    ContainerKind::of_init(c),
+                    registry,
+                    annotations,
+                )?);
             }
             for c in &spec.containers {
-                containers.push(container_requests(c, ContainerKind::App, registry)?);
+                containers.push(container_requests(
+                    c,
+                    ContainerKind::App,
+                    registry,
+                    annotations,
+                )?);
             }
         }
         Ok(PodRequests { containers })
@@ -109,14 +129,26 @@ impl PodRequests {
     }
 }
 
+/// A pod without annotations.
+static NO_ANNOTATIONS: BTreeMap<String, String> = BTreeMap::new();
+
 fn container_requests(
     c: &Container,
     kind: ContainerKind,
     registry: &VendorRegistry,
+    pod_annotations: &BTreeMap<String, String>,
 ) -> Result<ContainerRequests, RequestError> {
     let mut by_vendor = BTreeMap::new();
-    for vendor in registry.vendors() {
-        if let Some(req) = vendor.container_request(c)? {
+    // Only vendors that read one of the container's resources can find a request.
+    let named = c.resources.iter().flat_map(|r| {
+        r.limits
+            .iter()
+            .flatten()
+            .chain(r.requests.iter().flatten())
+            .map(|(k, _)| k)
+    });
+    for vendor in registry.vendors_reading(named) {
+        if let Some(req) = vendor.container_request(c, pod_annotations)? {
             by_vendor.insert(vendor.common_word().to_string(), req);
         }
     }

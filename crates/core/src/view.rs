@@ -280,6 +280,7 @@ mod tests {
             mode: "hami-core".into(),
             health: true,
             mig_profiles: vec![],
+            custom_info: Default::default(),
         }
     }
 
@@ -293,6 +294,7 @@ mod tests {
                 .iter()
                 .map(|(uuid, mem, cores)| DeviceCharge {
                     uuid: (*uuid).into(),
+                    vendor: "NVIDIA".into(),
                     slots: 1,
                     mem: *mem,
                     cores: *cores,

@@ -27,6 +27,7 @@ fn p4(id: &str) -> DeviceInfo {
         mode: String::new(),
         health: true,
         mig_profiles: Vec::new(),
+        custom_info: Default::default(),
     }
 }
 
@@ -68,6 +69,7 @@ mod node_register_json {
             mode: "mig".to_owned(),
             health: true,
             mig_profiles: vec![mig_1g5gb()],
+            custom_info: Default::default(),
         };
         assert_eq!(
             encode_node_register_json(&[device]),
@@ -90,6 +92,7 @@ mod node_register_json {
     fn mig_profile_keys_are_never_omitted() {
         let device = DeviceInfo {
             mig_profiles: vec![MigProfile::default()],
+            custom_info: Default::default(),
             ..DeviceInfo::default()
         };
         assert_eq!(
@@ -138,11 +141,25 @@ mod node_register_json {
     }
 
     #[test]
-    fn unknown_and_ignored_keys_are_accepted() {
+    fn unknown_keys_are_ignored_and_custominfo_kept() {
         let value = r#"[{"id":"GPU-0","count":5,"devmem":8192,"devcore":100,"type":"NVIDIA-Tesla P4","health":true,
             "migtemplate":[{"models":["A100"],"allowedGeometries":[]}],"devicevendor":"NVIDIA",
-            "custominfo":{"a":1},"somethingNew":[1,2,3]}]"#;
-        assert_eq!(decode_node_register_json(value).unwrap(), vec![p4("GPU-0")]);
+            "custominfo":{"a":1},"somethingNew":[1,2,3],"devicepairscore":{}}]"#;
+        let mut expected = p4("GPU-0");
+        expected
+            .custom_info
+            .insert("a".into(), serde_json::json!(1));
+        assert_eq!(decode_node_register_json(value).unwrap(), vec![expected]);
+        // Vendor facts survive a round trip, keys sorted as Go writes a map.
+        let ascend = r#"[{"id":"0A1B","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,"custominfo":{"NetworkID":1,"A":"x"}}]"#;
+        let devices = decode_node_register_json(ascend).unwrap();
+        assert_eq!(devices[0].custom_int("NetworkID"), Some(1));
+        assert_eq!(devices[0].custom_str("A"), Some("x"));
+        assert_eq!(
+            encode_node_register_json(&devices),
+            r#"[{"id":"0A1B","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,"custominfo":{"A":"x","NetworkID":1}}]"#
+        );
+        assert!(decode_node_register_json(r#"[{"id":"x","custominfo":[1]}]"#).is_err());
     }
 
     #[test]
@@ -265,6 +282,7 @@ mod node_register_legacy {
             mode: "hami-core".to_owned(),
             health: true,
             mig_profiles: Vec::new(),
+            custom_info: Default::default(),
         }
     }
 
@@ -323,6 +341,7 @@ mod node_register_legacy {
                 mode: "mps".to_owned(),
                 health: false,
                 mig_profiles: Vec::new(),
+                custom_info: Default::default(),
             }]
         );
     }

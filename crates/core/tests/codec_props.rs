@@ -92,6 +92,7 @@ fn json_device() -> impl Strategy<Value = DeviceInfo> {
                     mode,
                     health,
                     mig_profiles,
+                    custom_info: Default::default(),
                 }
             },
         )
@@ -119,6 +120,7 @@ fn legacy_devices() -> impl Strategy<Value = Vec<DeviceInfo>> {
                 mode,
                 health,
                 mig_profiles: Vec::new(),
+                custom_info: Default::default(),
             },
         );
     prop::collection::vec(device, 0..6).prop_map(|devices| {

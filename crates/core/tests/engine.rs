@@ -172,8 +172,9 @@ fn gpu_binpack_and_spread_choose_devices() {
         gpu_pod("p2", 1, 100, 10),
         &[("hami.io/gpu-scheduler-policy", "binpack")],
     );
+    // p1 took the last of three equal GPUs, as HAMi does (`docs/protocol.md#gpu-policies`).
     let (_, fit) = place_one(&ledger, &plan(&binpack)).chosen.unwrap();
-    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-0");
+    assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-2");
     let spread = gpu_pod("p3", 1, 100, 10); // default gpu policy is spread
     let (_, fit) = place_one(&ledger, &plan(&spread)).chosen.unwrap();
     assert_eq!(fit.devices["NVIDIA"][0][0].uuid, "n-gpu-1");
@@ -218,7 +219,7 @@ fn init_containers_are_fitted_apart_and_counted_at_peak() {
     // 800 + 600 would not fit, but they never run together.
     let pl = plan(&p);
     let (node, fit) = place_one(&ledger, &pl).chosen.unwrap();
-    let ann = allocation_annotations(&registry(), &node, &fit, 1_700_000_000);
+    let ann = allocation_annotations(&registry(), &pl, &node, &fit, 1_700_000_000);
     assert_eq!(
         ann["hami.io/vgpu-devices-allocated"],
         "n-gpu-0,NVIDIA,800,0:;n-gpu-0,NVIDIA,600,0:;"
@@ -248,8 +249,9 @@ fn annotations_keep_empty_containers_aligned() {
             ),
         ],
     );
-    let (node, fit) = place_one(&ledger, &plan(&p)).chosen.unwrap();
-    let ann = allocation_annotations(&registry(), &node, &fit, 42);
+    let pl = plan(&p);
+    let (node, fit) = place_one(&ledger, &pl).chosen.unwrap();
+    let ann = allocation_annotations(&registry(), &pl, &node, &fit, 42);
     assert_eq!(ann["hami.io/vgpu-node"], "n");
     assert_eq!(ann["hami.io/vgpu-time"], "42");
     assert_eq!(
@@ -356,6 +358,42 @@ fn topology_aware_prefers_linked_pairs() {
     );
     let (_, fit) = place_one(&ledger, &plan(&p1)).chosen.unwrap();
     assert!(["G0", "G2"].contains(&fit.devices["NVIDIA"][0][0].uuid.as_str()));
+}
+
+/// The quota refusal counts like HAMi's (`ResourceQuotaNotFit` per device) and says which
+/// namespace, resource and numbers (`docs/protocol.md#resourcequota`).
+#[test]
+fn quota_refusal_names_namespace_resource_and_numbers() {
+    use hami_core::quota::{QuotaBudget, QuotaLimit};
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 2, 10_000);
+    let mut p = plan(&gpu_pod("p", 1, 2000, 10));
+    let budget = |used: u64| QuotaBudget {
+        namespace: "team-a".into(),
+        memory: Some(QuotaLimit {
+            resource: "nvidia.com/gpumem".into(),
+            used,
+            hard: 4000,
+        }),
+        cores: None,
+    };
+    p.quota.insert("NVIDIA".into(), budget(3000));
+    let out = place_one(&ledger, &p);
+    assert!(out.chosen.is_none());
+    assert_eq!(
+        out.failed["n"],
+        "2/2 ResourceQuotaNotFit (namespace team-a: limits.nvidia.com/gpumem used 3000 + requested 2000 > hard limit 4000)"
+    );
+    // Exactly at the limit fits.
+    p.quota.insert("NVIDIA".into(), budget(2000));
+    assert!(place_one(&ledger, &p).chosen.is_some());
+    // Two GPUs of 1000: the second device takes the pod past the limit.
+    let mut two = plan(&gpu_pod("q", 2, 1000, 10));
+    two.quota.insert("NVIDIA".into(), budget(2500));
+    assert_eq!(
+        place_one(&ledger, &two).failed["n"],
+        "1/2 AllocatedCardsInsufficientRequest, 1/2 ResourceQuotaNotFit (namespace team-a: limits.nvidia.com/gpumem used 2500 + requested 2000 > hard limit 4000)"
+    );
 }
 
 #[test]
@@ -487,16 +525,24 @@ mod quick_path {
     //! picks; this must never change a placement. The reference is the same plan with a
     //! quota that never binds (a quota takes the full, ordered path).
     use super::*;
-    use hami_core::fit::QuotaBudget;
+    use hami_core::quota::{QuotaBudget, QuotaLimit};
     use proptest::prelude::*;
 
     fn reference(p: &PodPlan) -> PodPlan {
         let mut full = p.clone();
+        let limit = |resource: &str| {
+            Some(QuotaLimit {
+                resource: resource.into(),
+                used: 0,
+                hard: u64::MAX / 4,
+            })
+        };
         full.quota.insert(
             "NVIDIA".into(),
             QuotaBudget {
-                memory: Some(u64::MAX / 4),
-                cores: Some(u64::MAX / 4),
+                namespace: "default".into(),
+                memory: limit("nvidia.com/gpumem"),
+                cores: limit("nvidia.com/gpucores"),
             },
         );
         full

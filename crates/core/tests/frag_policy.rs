@@ -103,7 +103,8 @@ fn frag_node_policy_prefers_the_node_left_less_fragmented() {
     let out = place(&frag, &registry(), &ledger, &nodes);
     assert_eq!(
         chosen_devices(&out),
-        ("b".to_string(), vec!["b-gpu-0".to_string()])
+        // fill-b took the last of b's two equal cards (`docs/protocol.md#gpu-policies`).
+        ("b".to_string(), vec!["b-gpu-1".to_string()])
     );
     // Scores are F(before) − F(after) in milli-GPU: b goes 250 → 0, a goes 200 → 450.
     assert!((out.scores["b"] - 250.0).abs() < 1e-3, "{:?}", out.scores);
@@ -119,10 +120,11 @@ fn frag_gpu_policy_prefers_the_device_left_less_fragmented() {
     reserve_on(&mut ledger, &gpu_pod("f0", 1, 300, 30), "n");
     reserve_on(&mut ledger, &gpu_pod("f1", 1, 500, 50), "n");
     let nodes = names(&ledger);
-    // The setup pods went to GPU 0 and GPU 1 (spread takes an empty card first).
+    // The setup pods went to GPU 2 and GPU 1 (spread takes an empty card first, the
+    // last of equal ones as HAMi does).
     let spread = plan(&frag_pod("p", 500, 50, "binpack", "spread"));
     let (_, spread_pick) = chosen_devices(&place(&spread, &registry(), &ledger, &nodes));
-    assert_eq!(spread_pick, vec!["n-gpu-2".to_string()]);
+    assert_eq!(spread_pick, vec!["n-gpu-0".to_string()]);
     let frag = frag_plan(&frag_pod("p", 500, 50, "binpack", "frag"));
     let (_, frag_pick) = chosen_devices(&place(&frag, &registry(), &ledger, &nodes));
     assert_eq!(frag_pick, vec!["n-gpu-1".to_string()]);

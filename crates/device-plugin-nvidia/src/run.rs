@@ -5,11 +5,10 @@
 
 use std::sync::Arc;
 
-use hami_device_plugin::{DeviceBackend, Metrics, Plugin, PluginConfig, PluginError, PluginStatus};
+use hami_device_plugin::{DeviceBackend, Metrics, Plugin, PluginConfig, PluginError};
 use hami_server::CancellationToken;
-use hami_server::admin::{AdminState, Readiness};
-use hami_server::listener::Relistener;
-use hami_server::supervise::{RestartPolicy, Supervisor, supervise_admin};
+use hami_server::admin::Readiness;
+use hami_server::supervise::{RestartPolicy, Supervisor};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
@@ -97,44 +96,13 @@ pub fn start(
     let events =
         hami_k8s::events::Recorder::start(client.clone(), "hami-device-plugin", &cfg.node_name);
     let plugin = Plugin::new(cfg, backend, client, metrics)?.with_events(events);
-    let readiness = Readiness::not_ready("not registered with kubelet yet");
-    let mut sup = Supervisor::new(readiness.clone(), shutdown, policy);
-    let (status, r) = (plugin.status(), readiness.clone());
-    sup.spawn("plugin status", move |stop| {
-        follow_status(status.clone(), r.clone(), stop)
-    });
-    let admin = AdminState {
-        readiness: readiness.clone(),
-        registry: Arc::new(registry),
-    };
-    supervise_admin(&mut sup, Relistener::new(admin_listener)?, admin);
-    plugin.supervise(&mut sup);
-    Ok((readiness, sup))
-}
-
-/// Ready once registered with kubelet and the node annotation is published.
-async fn follow_status(
-    mut status: tokio::sync::watch::Receiver<PluginStatus>,
-    readiness: Readiness,
-    stop: CancellationToken,
-) -> Result<(), String> {
-    loop {
-        let s = status.borrow_and_update().clone();
-        match (s.registered, s.published) {
-            (true, true) => readiness.set_ready(),
-            (false, _) => readiness.set_not_ready("not registered with kubelet"),
-            (true, false) => readiness.set_not_ready(format!(
-                "node annotation not published: {}",
-                s.publish_error.as_deref().unwrap_or("pending")
-            )),
-        }
-        tokio::select! {
-            () = stop.cancelled() => return Ok(()),
-            changed = status.changed() => if changed.is_err() {
-                return Err("the plugin's status feed closed".into());
-            },
-        }
-    }
+    Ok(hami_device_plugin::serving::start(
+        plugin,
+        registry,
+        admin_listener,
+        shutdown,
+        policy,
+    )?)
 }
 
 /// Loads everything the flags name and serves until `shutdown`.

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use std::time::Duration;
 
 use crate::backoff::{Backoff, retry};
-use crate::libvgpu::{ContainerGrant, ResponseError, container_response, control_disabled};
+use crate::hook::{ContainerContext, HookError};
 use crate::pending::{LookupError, PHASE_FAILED, PHASE_SUCCESS, find_pending_pod, trace_pod};
 use crate::shared::Shared;
 use hami_core::pod::pod_name;
@@ -84,7 +84,7 @@ pub enum AllocateError {
     Response {
         pod: String,
         container: String,
-        source: ResponseError,
+        source: HookError,
     },
     #[error("pod {pod}: cannot record the allocation in the API server: {source}")]
     Record { pod: String, source: kube::Error },
@@ -96,6 +96,10 @@ impl AllocateError {
         match self {
             AllocateError::Lookup(e) if e.is_transient() => tonic::Status::unavailable(msg),
             AllocateError::Record { .. } => tonic::Status::unavailable(msg),
+            AllocateError::Response {
+                source: HookError::Refused(_),
+                ..
+            } => tonic::Status::failed_precondition(msg),
             AllocateError::Response { .. } => tonic::Status::internal(msg),
             _ => tonic::Status::failed_precondition(msg),
         }
@@ -144,7 +148,15 @@ async fn allocate_for(
         })?;
     let containers = containers_in_annotation_order(pod);
     let inventory = shared.inventory();
-    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let mut vendor = shared
+        .hook
+        .begin(&shared.kube, cfg, pod)
+        .await
+        .map_err(|source| AllocateError::Response {
+            pod: key.clone(),
+            container: "(all)".into(),
+            source,
+        })?;
 
     let mut response = AllocateResponse::default();
     for creq in &request.container_requests {
@@ -175,7 +187,12 @@ async fn allocate_for(
             });
         }
         for d in &devices {
-            if d.dev_type != cfg.vendor.device_type {
+            let known = inventory.get(&d.uuid);
+            let type_ok = match known {
+                Some(p) => shared.hook.type_matches(cfg, &d.dev_type, p),
+                None => d.dev_type == cfg.vendor.device_type,
+            };
+            if !type_ok {
                 return Err(AllocateError::WrongType {
                     pod: key.clone(),
                     container: container.name.clone(),
@@ -184,7 +201,7 @@ async fn allocate_for(
                     expected: cfg.vendor.device_type.clone(),
                 });
             }
-            match inventory.get(&d.uuid) {
+            match known {
                 None => {
                     return Err(AllocateError::UnknownDevice {
                         pod: key.clone(),
@@ -214,17 +231,20 @@ async fn allocate_for(
             })
             .collect();
         tracing::debug!(pod = %key, container = %container.name, ?kubelet_gpus, "kubelet's replica choice (informational)");
-        let grant = ContainerGrant {
-            pod_uid: uid,
-            container: &container.name,
+        let ctx = ContainerContext {
+            cfg,
+            pod,
+            container,
             devices: &devices,
-            control_disabled: control_disabled(container.env.as_deref().unwrap_or_default()),
+            inventory: &inventory,
         };
-        let r = container_response(cfg, &grant).map_err(|source| AllocateError::Response {
-            pod: key.clone(),
-            container: container.name.clone(),
-            source,
-        })?;
+        let r = vendor
+            .container(&ctx)
+            .map_err(|source| AllocateError::Response {
+                pod: key.clone(),
+                container: container.name.clone(),
+                source,
+            })?;
         tracing::info!(
             pod = %key,
             node = %cfg.node_name,
@@ -237,6 +257,9 @@ async fn allocate_for(
 
     let remaining = encode_pod_single_device(&trim_trailing(&entries, value));
     let mut patch = MetadataPatch::new().annotate(ann_key, remaining);
+    for (k, v) in vendor.annotations() {
+        patch = patch.annotate(&k, v);
+    }
     let done = entries.iter().all(Vec::is_empty) && !other_vendors_pending(pod, ann_key);
     if done {
         patch = patch.annotate(BIND_PHASE, PHASE_SUCCESS);

@@ -36,6 +36,42 @@ impl VendorSpec {
     }
 }
 
+/// Why a core [`Vendor`](hami_core::vendor::Vendor) cannot drive a device plugin.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum VendorSpecError {
+    #[error("vendor {0}: its inventory is not a node annotation a plugin writes")]
+    NoRegisterAnnotation(String),
+    #[error("vendor {0}: its plugin consumes no to-allocate annotation")]
+    NoToAllocateAnnotation(String),
+}
+
+impl VendorSpec {
+    /// The names core's `Vendor` already knows (one table for scheduler and plugin);
+    /// `visible_devices_env` is the plugin's own.
+    pub fn from_vendor(
+        vendor: &dyn hami_core::vendor::Vendor,
+        visible_devices_env: &str,
+    ) -> Result<Self, VendorSpecError> {
+        let word = vendor.common_word();
+        let register = match vendor.inventory_source() {
+            hami_core::vendor::InventorySource::Annotation(key) => key.to_string(),
+            hami_core::vendor::InventorySource::Capacity(_) => {
+                return Err(VendorSpecError::NoRegisterAnnotation(word.into()));
+            }
+        };
+        let to_allocate = vendor
+            .to_allocate_annotation()
+            .ok_or_else(|| VendorSpecError::NoToAllocateAnnotation(word.into()))?;
+        Ok(VendorSpec {
+            device_type: word.into(),
+            register_annotation: register,
+            to_allocate_annotation: to_allocate.into(),
+            visible_devices_env: visible_devices_env.into(),
+            handshake_annotation: vendor.handshake_annotation().map(str::to_string),
+        })
+    }
+}
+
 /// Devices excluded from the node (HAMi's `filterdevices`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceFilter {
@@ -236,6 +272,25 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn vendor_spec_comes_from_core() {
+        use hami_core::vendor::{amd, hygon};
+        let a = VendorSpec::from_vendor(&amd::Amd::new(Default::default()), "ROCR_VISIBLE_DEVICES")
+            .unwrap();
+        assert_eq!(a.device_type, "AMD");
+        assert_eq!(a.register_annotation, "hami.io/node-amd-register");
+        assert_eq!(a.to_allocate_annotation, "hami.io/amd-devices-to-allocate");
+        assert_eq!(a.handshake_annotation, None);
+        let d = VendorSpec::from_vendor(&hygon::Hygon::new(Default::default()), "").unwrap();
+        assert_eq!(d.device_type, "DCU");
+        assert_eq!(d.register_annotation, "hami.io/node-dcu-register");
+        assert_eq!(d.to_allocate_annotation, "hami.io/dcu-devices-to-allocate");
+        assert_eq!(
+            d.handshake_annotation.as_deref(),
+            Some("hami.io/node-handshake-dcu")
+        );
     }
 
     #[test]

@@ -69,6 +69,7 @@ impl Inventory {
                 mode: cfg.operating_mode.clone(),
                 health: d.healthy,
                 mig_profiles: Vec::new(),
+                custom_info: Default::default(),
             })
             .collect()
     }

@@ -1,7 +1,10 @@
 //! hami-device-plugin: a vendor-neutral kubelet device plugin that speaks HAMi's protocol.
 //!
-//! A vendor supplies a [`DeviceBackend`] (devices, memory, model, NUMA, health events) and a
-//! [`PluginConfig`]; [`Plugin::run`] does the rest:
+//! A vendor supplies a [`DeviceBackend`] (devices, memory, model, NUMA, health events), a
+//! [`PluginConfig`] (names from core's `Vendor`: [`VendorSpec::from_vendor`]) and, unless
+//! it answers like NVIDIA, a [`VendorHook`]
+//! (`docs/device-plugin.md#vendor-hooks`);
+//! [`Plugin::run`] does the rest:
 //!
 //! - **Serve, then register** (`lifecycle`): the `DevicePlugin` service on
 //!   `<plugin dir>/<socket>` (a stale socket is removed first), then `Register` with kubelet
@@ -11,15 +14,16 @@
 //!   Graceful shutdown ends open ListAndWatch streams and removes the socket.
 //! - **ListAndWatch**: each physical device `split_count` times as `<uuid>-<i>`, sent at once
 //!   and again whenever health or devices change, with NUMA topology when enabled.
-//! - **Inventory publisher**: the node annotation `hami.io/node-nvidia-register` (HAMi's JSON
-//!   form) written only when the node's value differs, checked every `register_interval`
-//!   and on every change, retried with backoff; the handshake policy is described in
-//!   `publisher`.
+//! - **Inventory publisher**: the vendor's register annotation (NVIDIA:
+//!   `hami.io/node-nvidia-register`, HAMi's JSON form) written only when the node's value
+//!   differs, checked every `register_interval` and on every change, retried with
+//!   backoff; the handshake policy is described in `publisher`.
 //! - **Allocate** (`allocate`): finds the pod kubelet is admitting (node lock owner, else
 //!   the oldest pod on this node in bind-phase `allocating`), consumes the next non-empty
-//!   container entry of `hami.io/vgpu-devices-to-allocate` per container request, checks the
-//!   count, answers with the environment and mounts of the vGPU hook, HAMi-core
-//!   (`libvgpu.so`, [`libvgpu`]), rewrites the annotation, and sets `bind-phase=success` +
+//!   container entry of the vendor's `*-devices-to-allocate` per container request, checks the
+//!   count, type and health, asks the vendor's [`VendorHook`] for the container's answer
+//!   (NVIDIA's default, [`HamiCoreHook`]: the environment and mounts of HAMi-core,
+//!   `libvgpu.so`, [`libvgpu`]), rewrites the annotation, and sets `bind-phase=success` +
 //!   releases the node lock once the pod is fully allocated. Any failure sets
 //!   `bind-phase=failed`, releases the lock and returns an error that tells the user what
 //!   went wrong.
@@ -42,6 +46,7 @@ pub mod backend;
 mod backoff;
 pub mod config;
 pub mod health;
+pub mod hook;
 pub mod inventory;
 pub mod libvgpu;
 mod lifecycle;
@@ -50,6 +55,7 @@ pub mod pending;
 mod preferred;
 mod publisher;
 mod service;
+pub mod serving;
 mod shared;
 
 use std::sync::Arc;
@@ -61,7 +67,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
 pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
-pub use config::{ConfigError, DeviceFilter, PluginConfig, VendorSpec, VgpuHookSettings};
+pub use config::{
+    ConfigError, DeviceFilter, PluginConfig, VendorSpec, VendorSpecError, VgpuHookSettings,
+};
+pub use hook::{ContainerContext, HamiCoreHook, HookError, PodAllocation, VendorHook};
 pub use inventory::Inventory;
 pub use lifecycle::LifecycleError;
 pub use metrics::Metrics;
@@ -140,6 +149,7 @@ impl Plugin {
             allocate_lock: tokio::sync::Mutex::new(()),
             metrics,
             events: None,
+            hook: Arc::new(HamiCoreHook),
         };
         Ok(Plugin {
             shared: Arc::new(shared),
@@ -152,6 +162,15 @@ impl Plugin {
     pub fn with_events(mut self, events: hami_k8s::events::Recorder) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.events = Some(events);
+        }
+        self
+    }
+
+    /// Answers Allocate and registers devices the vendor's way (default: NVIDIA's
+    /// HAMi-core answer, [`HamiCoreHook`]).
+    pub fn with_hook(mut self, hook: Arc<dyn VendorHook>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.hook = hook;
         }
         self
     }

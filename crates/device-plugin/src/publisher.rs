@@ -17,7 +17,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use hami_core::codec::encode_node_register_json;
 use hami_core::codec::handshake::REQUESTING;
 use hami_k8s::patch::{MetadataPatch, patch_node};
 use k8s_openapi::api::core::v1::Node;
@@ -90,7 +89,9 @@ pub(crate) async fn publish_once(
 ) -> Result<(), PublishError> {
     let cfg = &shared.cfg;
     let node_name = cfg.node_name.as_str();
-    let value = encode_node_register_json(&inventory.register_info(cfg));
+    let value = shared
+        .hook
+        .encode_register(&shared.hook.register_info(inventory, cfg));
     let api: Api<Node> = Api::all(shared.kube.clone());
     let node = api
         .get(node_name)

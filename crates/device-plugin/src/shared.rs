@@ -6,6 +6,7 @@ use hami_k8s::events::Recorder;
 use tokio::sync::watch;
 
 use crate::config::PluginConfig;
+use crate::hook::VendorHook;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
 
@@ -30,6 +31,8 @@ pub(crate) struct Shared {
     pub allocate_lock: tokio::sync::Mutex<()>,
     pub metrics: Metrics,
     pub events: Option<Recorder>,
+    /// The vendor's register entries and Allocate answer.
+    pub hook: Arc<dyn VendorHook>,
 }
 
 impl Shared {

@@ -13,9 +13,12 @@ use hami_core::annotations as keys;
 use hami_core::codec::decode_node_lock;
 use hami_core::engine::PodPlan;
 use hami_core::sync::MutexExt;
+use hami_core::vendor::NodeLocks;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::lock::{self, Acquired, LOCKED_BIND_LIMIT, LockError};
 use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
+use hami_k8s::vendor_lock;
+use hami_server::flags::format_go_duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
@@ -143,7 +146,29 @@ impl Extender {
         node: &str,
     ) -> Result<(), Failure> {
         self.await_write(uid, ns, name).await?;
-        let took = self.acquire_node_lock(node, ns, name).await?;
+        // The locks of the vendors the pod holds devices of (docs/vendors.md#node-locks).
+        let locks = {
+            let st = self.lock_state();
+            let held = st.vendors_held(uid);
+            NodeLocks::for_vendors(&self.registry, held.iter().map(String::as_str))
+        };
+        let took = if locks.shared {
+            Some(self.acquire_node_lock(node, ns, name).await?)
+        } else {
+            None
+        };
+        let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
+        let mut stamped = Vec::new();
+        for (key, expiry) in &locks.stamps {
+            if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
+                self.release_stamp_locks(node, &stamped).await;
+                if release_shared {
+                    self.release_lock(node, ns, name).await;
+                }
+                return Err(f);
+            }
+            stamped.push(key.clone());
+        }
         // The hold may have ended while waiting (the pod was deleted or filtered again).
         let still = self.lock_state().holding_node(uid) == Some(node);
         let bound = if still {
@@ -168,8 +193,11 @@ impl Extender {
                 ),
             ))
         };
-        if bound.is_err() && took != Some(Acquired::Reentered) {
-            self.release_lock(node, ns, name).await;
+        if bound.is_err() {
+            self.release_stamp_locks(node, &stamped).await;
+            if release_shared {
+                self.release_lock(node, ns, name).await;
+            }
         }
         bound
     }
@@ -319,28 +347,52 @@ impl Extender {
         node: &str,
         ns: &str,
         name: &str,
-    ) -> Result<Option<Acquired>, Failure> {
-        let started = Instant::now();
-        let deadline = started + self.settings.node_lock_wait;
+    ) -> Result<Acquired, Failure> {
         // The lock's own owner (a retried bind) takes it back at once: queued behind the
         // pods waiting for that very lock, it would only wait for them to give up.
         if self.owns_lock(node, ns, name) {
             match self.try_lock(node, ns, name).await {
-                Ok(a) => return Ok(Some(a)),
+                Ok(a) => return Ok(a),
                 Err(e) if e.is_held() => {}
                 Err(e) => return Err(lock_failure(e)),
             }
         }
+        self.acquire_waiting(node, || self.try_lock(node, ns, name))
+            .await
+    }
+
+    /// Takes a vendor's own time-stamp lock (Cambricon's), waiting like for the node lock.
+    async fn acquire_stamp_lock(
+        &self,
+        node: &str,
+        key: &str,
+        expiry: Duration,
+    ) -> Result<(), Failure> {
+        self.acquire_waiting(node, || {
+            vendor_lock::try_acquire(&self.client, node, key, expiry)
+        })
+        .await
+    }
+
+    /// Runs `attempt` until it takes its lock, waiting (bounded by `--node-lock-wait`)
+    /// while the lock is held, on the node's queue.
+    async fn acquire_waiting<T, Fut>(
+        &self,
+        node: &str,
+        mut attempt: impl FnMut() -> Fut,
+    ) -> Result<T, Failure>
+    where
+        Fut: std::future::Future<Output = Result<T, LockError>>,
+    {
+        let started = Instant::now();
+        let deadline = started + self.settings.node_lock_wait;
         let queue = self.node_queue(node);
         let _turn = match tokio::time::timeout_at(deadline.into(), queue.lock()).await {
             Ok(g) => g,
             Err(_) => {
                 return Err(fail(
                     ErrorReason::LockTimeout,
-                    format!(
-                        "node {node} stayed locked by other pods for {}s (--node-lock-wait)",
-                        self.settings.node_lock_wait.as_secs()
-                    ),
+                    self.locked_message(node, "other pods are binding to it"),
                 ));
             }
         };
@@ -348,22 +400,19 @@ impl Extender {
         let mut changes = self.node_changes.subscribe();
         let mut waited = false;
         loop {
-            match self.try_lock(node, ns, name).await {
+            match attempt().await {
                 Ok(a) => {
                     if waited {
                         self.metrics.lock_waited(started.elapsed());
                     }
-                    return Ok(Some(a));
+                    return Ok(a);
                 }
                 Err(e @ LockError::Held { .. }) | Err(e @ LockError::Contended { .. }) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return Err(fail(
                             ErrorReason::LockTimeout,
-                            format!(
-                                "{e}; gave up after waiting {}s (--node-lock-wait)",
-                                self.settings.node_lock_wait.as_secs()
-                            ),
+                            self.locked_message(node, &e.to_string()),
                         ));
                     }
                     // Wake on any node change (the device plugin releasing the lock) or
@@ -375,6 +424,35 @@ impl Extender {
                 }
                 Err(e) => return Err(lock_failure(e)),
             }
+        }
+    }
+
+    /// Gives back the vendors' time-stamp locks a failed bind took.
+    async fn release_stamp_locks(&self, node: &str, keys: &[String]) {
+        for key in keys {
+            if let Err(e) = vendor_lock::release(&self.client, node, key).await {
+                tracing::error!(%node, lock = %key, error = %e, "could not release a vendor node lock; it expires on its own");
+                self.metrics
+                    .error(Operation::Bind, ErrorReason::LockReleaseFailed);
+            }
+        }
+    }
+
+    /// Why /bind gave up on a locked node. With `--node-lock-wait 0` (fail at once, as
+    /// HAMi does) the text starts with HAMi's own words for a locked node
+    /// (`docs/protocol.md#node-lock`), so what operators grep for matches.
+    fn locked_message(&self, node: &str, detail: &str) -> String {
+        let wait = self.settings.node_lock_wait;
+        if wait.is_zero() {
+            format!(
+                "node {node} has been locked within {} ({detail})",
+                format_go_duration(self.settings.node_lock_timeout)
+            )
+        } else {
+            format!(
+                "node {node} stayed locked: {detail}; gave up after waiting {} (--node-lock-wait)",
+                format_go_duration(wait)
+            )
         }
     }
 

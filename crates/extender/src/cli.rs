@@ -29,8 +29,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 16 * 1024 * 1024;
         Binding; the device plugin releases the lock after Allocate. Nodes whose device \
         plugin stops reporting (node handshake, allocatable GPUs) stop receiving pods and \
         come back on their own. The admin address serves /livez, /readyz (ready once the \
-        node and pod caches have synced) and /metrics, and with --ui a read-only dashboard \
-        (/ui) and its JSON API (/api/v1/...).\n\n\
+        node, pod and resourcequota caches have synced) and /metrics, and with --ui a read-only \
+        dashboard (/ui) and its JSON API (/api/v1/...).\n\n\
         The API server is found the standard way: in-cluster config, else KUBECONFIG.",
     after_help = DURATION_HELP
 )]
@@ -67,6 +67,9 @@ pub struct Cli {
     #[arg(long, env = "DEVICE_CONFIG_FILE")]
     pub device_config_file: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub vendors: hami_server::args::VendorArgs,
+
     /// A node lock older than this is taken over (Go duration).
     #[arg(long, env = "HAMI_NODELOCK_EXPIRE", default_value = "5m", value_parser = parse_go_duration, value_name = "DURATION")]
     pub node_lock_timeout: Duration,
@@ -82,6 +85,12 @@ pub struct Cli {
 
     #[command(flatten)]
     pub admin: AdminArgs<MetricsBindAddress>,
+
+    /// Also export HAMi's pre-2.8 metric names (GPUDeviceMemoryLimit, nodeGPUOverview,
+    /// QuotaUsed, vGPUMemoryAllocated, ...) beside the hami_* ones.
+    #[arg(long, env = "LEGACY_METRICS", default_value_t = false, num_args = 0..=1,
+          default_missing_value = "true", action = ArgAction::Set)]
+    pub legacy_metrics: bool,
 
     /// Serve the dashboard on the admin address: /ui (read-only web page) and its JSON
     /// API (/api/v1/cluster, /api/v1/nodes/NAME, /api/v1/pods/NS/NAME/explain).
@@ -164,8 +173,11 @@ mod tests {
             "--metrics-bind-address=:9395",
             "--node-label-selector=gpu=on",
             "--leader-elect=true",
+            "--legacy-metrics",
         ])
         .unwrap();
+        assert!(cli.legacy_metrics);
+        assert!(!Cli::try_parse_from(["x"]).unwrap().legacy_metrics);
         assert!(
             Cli::try_parse_from(["x", "--leader-elect"])
                 .unwrap()

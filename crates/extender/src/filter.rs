@@ -102,12 +102,20 @@ impl<'a> Tally<'a> {
         }
     }
 
-    /// Why each misfit failed; nodes the ledger does not know are asked about in `st`.
-    fn failures(self, st: &SchedState) -> BTreeMap<String, NodeFailure> {
+    /// Why each misfit failed; nodes the ledger does not know, and nodes lacking a
+    /// vendor the pod asks for, are asked about in `st` (a vendor taken out of
+    /// scheduling says why).
+    fn failures(self, st: &SchedState, vendors: &[String]) -> BTreeMap<String, NodeFailure> {
         self.misfits
             .into_iter()
             .map(|(node, f)| {
                 let failure = match f {
+                    Some(FitFailure::InsufficientDevices) => {
+                        match st.vendor_unavailable(node, vendors) {
+                            Some(why) => NodeFailure::Unusable(why),
+                            None => NodeFailure::Fit(FitFailure::InsufficientDevices),
+                        }
+                    }
                     Some(f) => NodeFailure::Fit(f),
                     None => NodeFailure::Unusable(st.unusable_reason(node)),
                 };
@@ -204,7 +212,9 @@ impl Extender {
     }
 
     /// Fits the pod on every candidate and reserves the best node's devices, under the
-    /// state lock. The full per-node report is only built when no node fits.
+    /// state lock: the namespace's quota budget is read there too, so two filters never
+    /// share the last of a quota. The full per-node report is only built when no node
+    /// fits.
     fn place_and_reserve(
         &self,
         plan: &mut PodPlan,
@@ -215,6 +225,7 @@ impl Extender {
         let mut tally = Tally::default();
         let mut st = self.lock_state();
         st.begin_filter(&pod_id.uid, now);
+        plan.quota = st.quota_budgets(&self.quotas.read(), &pod_id.namespace, &plan.vendor_keys);
         if plan.frag.is_some() {
             // The workload learnt from this cluster's pods, not the built-in one.
             plan.frag = Some(st.frag_model(now));
@@ -228,9 +239,9 @@ impl Extender {
             |node, outcome| tally.note(node, outcome),
         );
         let Some((node, fit)) = chosen else {
-            return Decision::NoFit(tally.failures(&st));
+            return Decision::NoFit(tally.failures(&st, &plan.vendor_keys));
         };
-        let annotations = allocation_annotations(&self.registry, &node, &fit, now);
+        let annotations = allocation_annotations(&self.registry, plan, &node, &fit, now);
         let report = st.reserve(&Reservation {
             uid: &pod_id.uid,
             namespace: &pod_id.namespace,

@@ -1,6 +1,7 @@
 //! What /filter tells about its candidates: why each node failed (FailedNodes), and the
 //! FilteringSucceed / FilteringFailed event texts, in HAMi's words.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -31,24 +32,32 @@ impl NodeFailure {
     }
 
     /// The reason names the summary groups nodes by: each device reason of a misfit
-    /// (without its `<count>/<devices>`), or the whole node-level reason.
-    fn reason_names(&self) -> Vec<&str> {
+    /// (without its `<count>/<devices>`; a quota refusal with its numbers), or the whole
+    /// node-level reason.
+    fn reason_names(&self) -> Vec<Cow<'_, str>> {
         match self {
-            NodeFailure::Fit(FitFailure::InsufficientDevices) => vec![NODE_INSUFFICIENT_DEVICE],
-            NodeFailure::Fit(FitFailure::Devices { counts, .. }) => {
-                let names: Vec<&str> = Reason::ALL
+            NodeFailure::Fit(FitFailure::InsufficientDevices) => {
+                vec![Cow::Borrowed(NODE_INSUFFICIENT_DEVICE)]
+            }
+            NodeFailure::Fit(FitFailure::Devices { counts, quota, .. }) => {
+                let names: Vec<Cow<'_, str>> = Reason::ALL
                     .iter()
                     .filter(|r| counts.get(**r) > 0)
-                    .map(|r| r.as_str())
+                    .map(|r| match (r, quota) {
+                        (Reason::ResourceQuotaNotFit, Some(q)) => {
+                            Cow::Owned(format!("{} ({q})", r.as_str()))
+                        }
+                        _ => Cow::Borrowed(r.as_str()),
+                    })
                     .collect();
                 if names.is_empty() {
                     // Nothing counted renders as the empty reason; it is grouped as such.
-                    vec![""]
+                    vec![Cow::Borrowed("")]
                 } else {
                     names
                 }
             }
-            NodeFailure::Unusable(reason) => vec![reason.as_str()],
+            NodeFailure::Unusable(reason) => vec![Cow::Borrowed(reason.as_str())],
         }
     }
 }
@@ -65,7 +74,7 @@ pub fn failed_nodes(failures: &BTreeMap<String, NodeFailure>) -> BTreeMap<String
 /// nodes do not meet: 2 nodes CardInsufficientMemory(n1,n2); 1 nodes node
 /// unregistered(n3)`.
 pub fn failure_summary(failures: &BTreeMap<String, NodeFailure>) -> String {
-    let mut by_reason: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut by_reason: BTreeMap<Cow<'_, str>, Vec<&str>> = BTreeMap::new();
     for (node, failure) in failures {
         for name in failure.reason_names() {
             by_reason.entry(name).or_default().push(node);
@@ -116,7 +125,11 @@ mod tests {
         for (r, n) in reasons {
             counts.add(*r, *n);
         }
-        NodeFailure::Fit(FitFailure::Devices { counts, devices })
+        NodeFailure::Fit(FitFailure::Devices {
+            counts,
+            devices,
+            quota: None,
+        })
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hami_core::sync::MutexExt;
-use hami_core::vendor::VendorRegistry;
+use hami_core::vendor::{HealthRule, VendorRegistry};
 use hami_k8s::events::{EventType, Recorder, Subject};
 use hami_k8s::patch::{MetadataPatch, patch_node};
 use hami_server::CancellationToken;
@@ -67,6 +67,7 @@ impl Registry {
     ) -> Result<(), String> {
         let mut tick = tokio::time::interval(self.interval.max(Duration::from_millis(100)));
         let mut seen: HashMap<(String, String), u64> = HashMap::new();
+        let mut reported: HashMap<(String, String), String> = HashMap::new();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return Ok(()),
@@ -80,6 +81,7 @@ impl Registry {
                 }
             }
             let (writes, transitions) = self.round(&mut seen);
+            self.report_registrations(&mut reported);
             for t in transitions {
                 let subject = Subject::node(&t.node, t.uid.as_deref());
                 match t.unhealthy {
@@ -115,6 +117,64 @@ impl Registry {
         }
     }
 
+    /// Node events for registrations that became invalid (only that vendor's devices
+    /// on that node are out of scheduling) or valid again; `reported` remembers what
+    /// was said.
+    fn report_registrations(&self, reported: &mut HashMap<(String, String), String>) {
+        let mut now_bad: HashMap<(String, String), (Option<String>, String)> = HashMap::new();
+        {
+            let st = self.state.lock_unpoisoned();
+            for (name, entry) in st.nodes() {
+                for i in entry.issues.iter().filter(|i| i.blocking) {
+                    now_bad.insert(
+                        (name.clone(), i.vendor.clone()),
+                        (
+                            entry.uid.clone(),
+                            format!("{} is invalid: {}", i.annotation, i.error),
+                        ),
+                    );
+                }
+            }
+        }
+        for ((node, vendor), (uid, why)) in &now_bad {
+            let key = (node.clone(), vendor.clone());
+            if reported.get(&key) == Some(why) {
+                continue;
+            }
+            tracing::warn!(%node, %vendor, reason = %why, "node devices of one vendor out of scheduling: invalid registration");
+            self.events.record(
+                Subject::node(node, uid.as_deref()),
+                EventType::Warning,
+                "InvalidDeviceRegistration",
+                format!("{vendor} devices are not scheduled: {why}"),
+            );
+            reported.insert(key, why.clone());
+        }
+        let fixed: Vec<(String, String)> = reported
+            .keys()
+            .filter(|k| !now_bad.contains_key(*k))
+            .cloned()
+            .collect();
+        for (node, vendor) in fixed {
+            reported.remove(&(node.clone(), vendor.clone()));
+            let uid = self
+                .state
+                .lock_unpoisoned()
+                .node(&node)
+                .and_then(|e| e.uid.clone());
+            let Some(uid) = uid else {
+                continue; // the node is gone: nothing to tell
+            };
+            tracing::info!(%node, %vendor, "node registration valid again");
+            self.events.record(
+                Subject::node(&node, Some(&uid)),
+                EventType::Normal,
+                "DeviceRegistrationValid",
+                format!("{vendor} devices registration is valid again"),
+            );
+        }
+    }
+
     /// One judgement of every node and vendor; returns handshake writes and health
     /// changes.
     fn round(&self, seen: &mut HashMap<(String, String), u64>) -> (Vec<Write>, Vec<Transition>) {
@@ -125,12 +185,37 @@ impl Registry {
         for (name, entry) in st.nodes() {
             for (v, state) in self.registry.vendors().iter().zip(&entry.vendors) {
                 let vendor = v.common_word();
-                let Some(key) = v.handshake_annotation() else {
-                    continue;
-                };
                 if !entry.inventory.vendors.iter().any(|g| g.vendor == vendor) {
                     continue;
                 }
+                let transition = |unhealthy| Transition {
+                    node: name.clone(),
+                    uid: entry.uid.clone(),
+                    vendor: vendor.to_string(),
+                    unhealthy,
+                };
+                let key = match v.health_rule() {
+                    HealthRule::Always => {
+                        verdicts.push(transition(None));
+                        continue;
+                    }
+                    // No handshake: the plugin is alive while kubelet reports its
+                    // resource (docs/vendors.md#health).
+                    HealthRule::Capacity => {
+                        let res = v.count_resource();
+                        verdicts.push(transition(match state.capacity {
+                            Some(n) if n > 0 => None,
+                            Some(n) => Some(format!(
+                                "device plugin not reporting: capacity {res} is {n}"
+                            )),
+                            None => Some(format!(
+                                "device plugin not reporting: the node reports no capacity {res}"
+                            )),
+                        }));
+                        continue;
+                    }
+                    HealthRule::Handshake(key) => key,
+                };
                 // A registration that changed since the last round proves the plugin is
                 // alive, like an answer to the handshake.
                 let registration = state.registration.unwrap_or_default();
@@ -156,12 +241,7 @@ impl Registry {
                         value,
                     });
                 }
-                verdicts.push(Transition {
-                    node: name.clone(),
-                    uid: entry.uid.clone(),
-                    vendor: vendor.to_string(),
-                    unhealthy: verdict.unhealthy,
-                });
+                verdicts.push(transition(verdict.unhealthy));
             }
         }
         seen.retain(|(n, _), _| st.node(n).is_some());

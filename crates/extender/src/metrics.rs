@@ -1,9 +1,15 @@
-//! Metrics: HAMi's per-GPU series (same names and labels, so HAMi dashboards keep
-//! working), per-node totals, and the extender's own latency and error series.
+//! Metrics: HAMi's scheduler series (per GPU, per pod, per quota, `hami_build_info`; same
+//! names, labels and units, so HAMi's dashboards and alerts keep working; HAMi's legacy
+//! names with `--legacy-metrics`), per-node totals, and the extender's own latency and
+//! error series (`docs/protocol.md#metrics`).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hami_core::ledger::NodeInventory;
+use hami_core::quota::QuotaBook;
+use hami_core::score::Usage;
 use hami_core::sync::MutexExt;
 use prometheus_client::collector::Collector;
 use std::fmt::Write as _;
@@ -17,6 +23,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use hami_k8s::quotas::QuotaCache;
 
 use crate::state::SchedState;
 
@@ -92,7 +100,7 @@ label_values! {
         NoPod => "no_pod",
         /// A pod without `metadata.uid`.
         NoUid => "no_uid",
-        /// The node and pod caches had not synced in time.
+        /// The node, pod and resourcequota caches had not synced in time.
         NotSynced => "not_synced",
         /// The placement could not be written into the pod.
         AnnotateFailed => "annotate_failed",
@@ -145,8 +153,14 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers the series and the per-GPU collector reading `state` at scrape time.
-    pub fn register(registry: &mut Registry, state: Arc<Mutex<SchedState>>) -> Self {
+    /// Registers the series, `hami_build_info`, and the collector of HAMi's series
+    /// reading `state` at scrape time (`legacy`: also HAMi's pre-2.8 names).
+    pub fn register(
+        registry: &mut Registry,
+        state: Arc<Mutex<SchedState>>,
+        quotas: QuotaCache,
+        legacy: bool,
+    ) -> Self {
         // 25 µs .. ~0.8 s
         let filter_duration = Histogram::new(exponential_buckets(0.000_025, 2.0, 16));
         registry.register(
@@ -197,7 +211,12 @@ impl Metrics {
             "1 when this replica's kube-scheduler holds the leader Lease (or leader election is off)",
             leader.clone(),
         );
-        registry.register_collector(Box::new(UsageCollector { state }));
+        registry.register_collector(Box::new(UsageCollector {
+            state,
+            quotas,
+            legacy,
+        }));
+        hami_server::build_info::register_build_info(registry);
         Metrics {
             filter_duration,
             bind_duration,
@@ -239,9 +258,9 @@ impl Metrics {
     }
 }
 
-/// One device's numbers, copied out of the state so the lock is not held while encoding.
+/// One device's numbers, for the per-GPU families.
 struct DeviceRow {
-    node: String,
+    node: Arc<str>,
     uuid: String,
     index: String,
     dev_type: String,
@@ -262,19 +281,19 @@ struct NodeTotals<'a> {
 }
 
 impl<'a> NodeTotals<'a> {
-    /// Per-node sums of `rows` (grouped by node, as [`UsageCollector::rows`] yields them).
+    /// Per-node sums of `rows` (grouped by node, as [`Snapshot::device_rows`] yields them).
     fn of(rows: &'a [DeviceRow]) -> Vec<Self> {
         let mut totals: Vec<NodeTotals<'a>> = Vec::new();
         for r in rows {
             match totals.last_mut() {
-                Some(t) if t.node == r.node => {
+                Some(t) if t.node == &*r.node => {
                     t.gpus += 1;
                     t.totalmem += r.totalmem;
                     t.usedmem += r.usedmem;
                     t.used += r.used;
                 }
                 _ => totals.push(NodeTotals {
-                    node: r.node.as_str(),
+                    node: &r.node,
                     gpus: 1,
                     totalmem: r.totalmem,
                     usedmem: r.usedmem,
@@ -286,28 +305,113 @@ impl<'a> NodeTotals<'a> {
     }
 }
 
-/// Reads per-GPU usage from the ledger at scrape time.
-#[derive(Debug)]
-struct UsageCollector {
-    state: Arc<Mutex<SchedState>>,
+/// A node as a scrape copies it: its (shared) inventory and a copy of its usage.
+struct NodeCopy {
+    name: Arc<str>,
+    inventory: Arc<NodeInventory>,
+    usage: Vec<Vec<Usage>>,
+    /// Per vendor group: whether its cores are percent of a card (else compute units).
+    cores_in_percent: Vec<bool>,
 }
 
-impl UsageCollector {
-    fn rows(&self) -> Vec<DeviceRow> {
-        let state = self.state.lock_unpoisoned();
+/// What one pod holds on one device (its collapsed usage, as HAMi reports it).
+struct PodDeviceRow {
+    namespace: Arc<str>,
+    pod: Arc<str>,
+    node: Arc<str>,
+    uuid: Arc<str>,
+    mem: u64,
+    cores: u64,
+}
+
+/// A namespace's use of one quota resource, with its limit when one is set.
+struct QuotaRow {
+    namespace: String,
+    resource: String,
+    used: u64,
+    limit: Option<u64>,
+}
+
+/// What a scrape reads, copied out of the state in two short lock holds (nodes, then
+/// pods and quotas), cheap copies only (shared strings and inventories): every string
+/// is built and every line formatted with no lock held, so a scrape never holds up a
+/// /filter for long (`docs/extender.md#metrics`).
+struct Snapshot {
+    nodes: Vec<NodeCopy>,
+    pods: Vec<PodDeviceRow>,
+    quotas: Vec<QuotaRow>,
+}
+
+impl Snapshot {
+    fn take(state: &Mutex<SchedState>, quotas: &QuotaCache) -> Self {
+        let mut nodes: Vec<NodeCopy> = {
+            let st = state.lock_unpoisoned();
+            st.ledger()
+                .nodes_unordered()
+                .map(|n| NodeCopy {
+                    name: n.name().into(),
+                    inventory: n.shared_inventory().clone(),
+                    usage: n.groups().map(|(_, u)| u.to_vec()).collect(),
+                    cores_in_percent: n
+                        .groups()
+                        .map(|(vd, _)| {
+                            st.registry()
+                                .get(&vd.vendor)
+                                .is_none_or(|v| v.cores_in_percent())
+                        })
+                        .collect(),
+                })
+                .collect()
+        };
+        nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+        let st = state.lock_unpoisoned();
+        let ledger = st.ledger();
+        let mut pods = Vec::with_capacity(ledger.pod_count());
+        for rec in ledger.pods() {
+            for c in &rec.charges {
+                pods.push(PodDeviceRow {
+                    namespace: rec.namespace.clone(),
+                    pod: rec.name.clone(),
+                    node: rec.node.clone(),
+                    uuid: c.uuid.clone(),
+                    mem: c.mem,
+                    cores: c.cores,
+                });
+            }
+        }
+        let quotas = quota_rows(&st, &quotas.read());
+        drop(st);
+        pods.sort_unstable_by(|a, b| {
+            (&a.namespace, &a.pod, &a.uuid).cmp(&(&b.namespace, &b.pod, &b.uuid))
+        });
+        Snapshot {
+            nodes,
+            pods,
+            quotas,
+        }
+    }
+
+    fn device_rows(&self) -> Vec<DeviceRow> {
         let mut rows = Vec::new();
-        for node in state.ledger().nodes() {
-            for (vd, usage) in node.groups() {
+        for node in &self.nodes {
+            let groups = node.inventory.vendors.iter().zip(&node.usage);
+            for ((vd, usage), &percent) in groups.zip(&node.cores_in_percent) {
+                // Vendors counting compute units (AMD) are shown in percent, as HAMi
+                // does: the card is 100, the units taken rounded up.
                 for (d, u) in vd.devices.iter().zip(usage) {
+                    let (totalcore, usedcores) = match (percent, u64::from(d.cores)) {
+                        (false, total) if total > 0 => (100, (u.cores_used * 100).div_ceil(total)),
+                        (_, total) => (total, u.cores_used),
+                    };
                     rows.push(DeviceRow {
-                        node: node.name().to_string(),
+                        node: node.name.clone(),
                         uuid: d.id.clone(),
                         index: d.index.to_string(),
                         dev_type: d.dev_type.clone(),
                         totalmem: u64::from(d.mem_mib),
-                        totalcore: u64::from(d.cores),
+                        totalcore,
                         usedmem: u.mem_used,
-                        usedcores: u.cores_used,
+                        usedcores,
                         used: u64::from(u.used),
                     });
                 }
@@ -317,26 +421,105 @@ impl UsageCollector {
     }
 }
 
+/// HAMi's quota entries: every resource a namespace's pods use (memory and cores of
+/// each vendor they hold devices of) or a ResourceQuota limits, with the limit when set
+/// (`docs/protocol.md#metrics`).
+fn quota_rows(st: &SchedState, book: &QuotaBook) -> Vec<QuotaRow> {
+    let mut rows: BTreeMap<(String, String), QuotaRow> = BTreeMap::new();
+    let mut add = |namespace: &str, resource: &str, used: u64| {
+        rows.entry((namespace.to_string(), resource.to_string()))
+            .or_insert_with(|| QuotaRow {
+                namespace: namespace.to_string(),
+                resource: resource.to_string(),
+                used: 0,
+                limit: book.limit(namespace, resource),
+            })
+            .used += used;
+    };
+    for (namespace, vendor, u) in st.ledger().namespace_uses() {
+        let Some(v) = st.registry().get(vendor) else {
+            continue;
+        };
+        let r = v.quota_resources();
+        if let Some(memory) = &r.memory {
+            add(namespace, memory, u.memory);
+        }
+        if let Some(cores) = &r.cores {
+            add(namespace, cores, u.cores);
+        }
+    }
+    for (namespace, resource, _) in book.limits() {
+        add(namespace, resource, 0);
+    }
+    rows.into_values().collect()
+}
+
+/// Reads per-GPU, per-pod and per-quota numbers from the state at scrape time.
+#[derive(Debug)]
+struct UsageCollector {
+    state: Arc<Mutex<SchedState>>,
+    quotas: QuotaCache,
+    /// Also HAMi's pre-2.8 names (`--legacy-metrics`).
+    legacy: bool,
+}
+
 type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+const ZONE: (&str, &str) = ("zone", "vGPU");
 
 /// HAMi's per-device labels.
 fn device(r: &DeviceRow) -> Labels<'_> {
     vec![
-        ("zone", "vGPU"),
-        ("node", r.node.as_str()),
+        ZONE,
+        ("node", &r.node),
         ("device_uuid", r.uuid.as_str()),
         ("device_index", r.index.as_str()),
         ("device_type", r.dev_type.as_str()),
     ]
 }
 
-fn gauge_family<'r, T: prometheus_client::encoding::EncodeGaugeValue + Copy>(
+/// HAMi's per-container labels (collapsed usage: the container index is always 0).
+fn pod_labels(r: &PodDeviceRow) -> Labels<'_> {
+    vec![
+        ZONE,
+        ("namespace", &r.namespace),
+        ("node", &r.node),
+        ("pod", &r.pod),
+        ("container_index", "0"),
+        ("device_uuid", &r.uuid),
+    ]
+}
+
+/// HAMi's legacy per-container labels.
+fn legacy_pod_labels(r: &PodDeviceRow) -> Labels<'_> {
+    vec![
+        ZONE,
+        ("podnamespace", &r.namespace),
+        ("nodename", &r.node),
+        ("podname", &r.pod),
+        ("containeridx", "0"),
+        ("deviceuuid", &r.uuid),
+    ]
+}
+
+/// HAMi's legacy per-device labels.
+fn legacy_device(r: &DeviceRow) -> Labels<'_> {
+    vec![
+        ZONE,
+        ("nodeid", &r.node),
+        ("deviceuuid", r.uuid.as_str()),
+        ("deviceidx", r.index.as_str()),
+        ("devicetype", r.dev_type.as_str()),
+    ]
+}
+
+fn gauge_family<'r, R, T: prometheus_client::encoding::EncodeGaugeValue + Copy>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    rows: &'r [DeviceRow],
-    labels: impl Fn(&'r DeviceRow) -> Labels<'r>,
-    value: impl Fn(&DeviceRow) -> Option<T>,
+    rows: &'r [R],
+    labels: impl Fn(&'r R) -> Labels<'r>,
+    value: impl Fn(&R) -> Option<T>,
 ) -> Result<(), std::fmt::Error>
 where
     ConstGauge<T>: EncodeMetric,
@@ -351,61 +534,290 @@ where
     Ok(())
 }
 
-impl Collector for UsageCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let rows = self.rows();
+/// A label whose value is formatted from each device row.
+type RowLabel = (&'static str, fn(&DeviceRow) -> String);
+
+/// A family over device rows whose labels include a per-row formatted value.
+#[allow(clippy::too_many_arguments)]
+fn device_family_with(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: &[DeviceRow],
+    base: fn(&DeviceRow) -> Labels<'_>,
+    extra: &[RowLabel],
+    value: fn(&DeviceRow) -> u64,
+) -> Result<(), std::fmt::Error> {
+    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for r in rows {
+        let values: Vec<String> = extra.iter().map(|(_, f)| f(r)).collect();
+        let mut l = base(r);
+        for ((k, _), v) in extra.iter().zip(&values) {
+            l.push((k, v.as_str()));
+        }
+        ConstGauge::new(value(r)).encode(metric.encode_family(&l)?)?;
+    }
+    Ok(())
+}
+
+impl UsageCollector {
+    fn encode_devices(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        rows: &[DeviceRow],
+    ) -> Result<(), std::fmt::Error> {
+        let used_cores: fn(&DeviceRow) -> String = |r| r.usedcores.to_string();
+        let total_mem: fn(&DeviceRow) -> String = |r| r.totalmem.to_string();
         gauge_family(
-            &mut encoder,
+            encoder,
             "hami_gpu_memory_limit_bytes",
             "Device memory of each GPU, in bytes",
-            &rows,
+            rows,
             device,
             |r| Some(r.totalmem * MIB),
         )?;
         gauge_family(
-            &mut encoder,
+            encoder,
             "hami_gpu_core_limit_ratio",
             "Compute of each GPU in percent of one card",
-            &rows,
+            rows,
             device,
             |r| Some(r.totalcore),
         )?;
-        let cores: Vec<String> = rows.iter().map(|r| r.usedcores.to_string()).collect();
-        let mut metric = encoder.encode_descriptor(
+        device_family_with(
+            encoder,
             "hami_gpu_memory_allocated_bytes",
             "Device memory allocated to pods on each GPU, in bytes",
-            None,
-            MetricType::Gauge,
+            rows,
+            device,
+            &[("device_cores", used_cores)],
+            |r| r.usedmem * MIB,
         )?;
-        for (r, c) in rows.iter().zip(&cores) {
-            let mut l = device(r);
-            l.push(("device_cores", c.as_str()));
-            ConstGauge::new(r.usedmem * MIB).encode(metric.encode_family(&l)?)?;
-        }
         gauge_family(
-            &mut encoder,
+            encoder,
             "hami_gpu_shared_count",
             "Containers sharing each GPU",
-            &rows,
+            rows,
             device,
             |r| Some(r.used),
         )?;
         gauge_family(
-            &mut encoder,
+            encoder,
             "hami_gpu_core_allocated_ratio",
             "Compute allocated on each GPU, in percent of one card",
-            &rows,
+            rows,
             device,
             |r| Some(r.usedcores),
         )?;
+        device_family_with(
+            encoder,
+            "hami_node_gpu_overview",
+            "GPU overview on a certain node: memory allocated, in bytes, with the cores allocated and the memory limit (MiB) as labels",
+            rows,
+            device,
+            &[
+                ("device_cores", used_cores),
+                ("device_memory_limit", total_mem),
+            ],
+            |r| r.usedmem * MIB,
+        )?;
         gauge_family(
-            &mut encoder,
+            encoder,
             "hami_node_gpu_memory_allocated_ratio",
             "Fraction (0..1) of each GPU's memory allocated",
-            &rows,
+            rows,
             device,
             |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
         )?;
+        if !self.legacy {
+            return Ok(());
+        }
+        gauge_family(
+            encoder,
+            "GPUDeviceMemoryLimit",
+            "Device memory limit for a certain GPU",
+            rows,
+            legacy_device,
+            |r| Some(r.totalmem * MIB),
+        )?;
+        gauge_family(
+            encoder,
+            "GPUDeviceCoreLimit",
+            "Device memory core limit for a certain GPU",
+            rows,
+            legacy_device,
+            |r| Some(r.totalcore),
+        )?;
+        device_family_with(
+            encoder,
+            "GPUDeviceMemoryAllocated",
+            "Device memory allocated for a certain GPU",
+            rows,
+            legacy_device,
+            &[("devicecores", used_cores)],
+            |r| r.usedmem * MIB,
+        )?;
+        gauge_family(
+            encoder,
+            "GPUDeviceSharedNum",
+            "Number of containers sharing this GPU",
+            rows,
+            legacy_device,
+            |r| Some(r.used),
+        )?;
+        gauge_family(
+            encoder,
+            "GPUDeviceCoreAllocated",
+            "Device core allocated for a certain GPU",
+            rows,
+            legacy_device,
+            |r| Some(r.usedcores),
+        )?;
+        device_family_with(
+            encoder,
+            "nodeGPUOverview",
+            "GPU overview on a certain node",
+            rows,
+            legacy_device,
+            &[
+                ("devicecores", used_cores),
+                ("devicememorylimit", total_mem),
+            ],
+            |r| r.usedmem * MIB,
+        )?;
+        gauge_family(
+            encoder,
+            "nodeGPUMemoryPercentage",
+            "GPU Memory Allocated Percentage on a certain GPU",
+            rows,
+            |r| {
+                vec![
+                    ZONE,
+                    ("nodeid", &r.node),
+                    ("deviceuuid", r.uuid.as_str()),
+                    ("deviceidx", r.index.as_str()),
+                ]
+            },
+            |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
+        )
+    }
+
+    /// HAMi's per-container series: one per pod and device, collapsed (so the container
+    /// index is always 0, as in HAMi).
+    fn encode_pods(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        pods: &[PodDeviceRow],
+    ) -> Result<(), std::fmt::Error> {
+        gauge_family(
+            encoder,
+            "hami_vgpu_memory_allocated_bytes",
+            "vGPU memory allocated from a container, in bytes",
+            pods,
+            pod_labels,
+            |r| Some(r.mem * MIB),
+        )?;
+        gauge_family(
+            encoder,
+            "hami_vgpu_core_allocated_ratio",
+            "vGPU core allocated from a container, in percent of one card",
+            pods,
+            pod_labels,
+            |r| Some(r.cores),
+        )?;
+        if self.legacy {
+            gauge_family(
+                encoder,
+                "vGPUMemoryAllocated",
+                "vGPU memory allocated from a container",
+                pods,
+                legacy_pod_labels,
+                |r| Some(r.mem * MIB),
+            )?;
+            gauge_family(
+                encoder,
+                "vGPUCoreAllocated",
+                "vGPU core allocated from a container",
+                pods,
+                legacy_pod_labels,
+                |r| Some(r.cores),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// HAMi's quota series: use per namespace and resource (the limit as a label, `0`
+    /// when none is set), and the limit where one is.
+    fn encode_quotas(
+        &self,
+        encoder: &mut DescriptorEncoder,
+        quotas: &[QuotaRow],
+    ) -> Result<(), std::fmt::Error> {
+        let limits: Vec<String> = quotas
+            .iter()
+            .map(|q| q.limit.unwrap_or(0).to_string())
+            .collect();
+        let rows: Vec<(&QuotaRow, &str)> = quotas
+            .iter()
+            .zip(limits.iter().map(String::as_str))
+            .collect();
+        gauge_family(
+            encoder,
+            "hami_resource_quota_used",
+            "resourcequota usage for a certain device",
+            &rows,
+            |(q, limit)| {
+                vec![
+                    ZONE,
+                    ("namespace", q.namespace.as_str()),
+                    ("quota_name", q.resource.as_str()),
+                    ("limit", limit),
+                ]
+            },
+            |(q, _)| Some(q.used),
+        )?;
+        gauge_family(
+            encoder,
+            "hami_resource_quota_limit",
+            "resourcequota limit for a certain device",
+            &rows,
+            |(q, _)| {
+                vec![
+                    ZONE,
+                    ("namespace", q.namespace.as_str()),
+                    ("quota_name", q.resource.as_str()),
+                ]
+            },
+            |(q, _)| q.limit,
+        )?;
+        if self.legacy {
+            gauge_family(
+                encoder,
+                "QuotaUsed",
+                "resourcequota usage for a certain device",
+                &rows,
+                |(q, limit)| {
+                    vec![
+                        ZONE,
+                        ("quotanamespace", q.namespace.as_str()),
+                        ("quotaName", q.resource.as_str()),
+                        ("limit", limit),
+                    ]
+                },
+                |(q, _)| Some(q.used),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Collector for UsageCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snap = Snapshot::take(&self.state, &self.quotas);
+        let rows = snap.device_rows();
+        self.encode_devices(&mut encoder, &rows)?;
+        self.encode_pods(&mut encoder, &snap.pods)?;
+        self.encode_quotas(&mut encoder, &snap.quotas)?;
 
         let totals = NodeTotals::of(&rows);
         type Pick = fn(&NodeTotals<'_>) -> u64;
@@ -452,9 +864,11 @@ mod tests {
     /// strings as before they were typed.
     #[test]
     fn typed_labels_encode_as_their_fixed_strings() {
-        let state = SchedState::new(VendorRegistry::from_config(&DeviceConfig::default()), 60);
+        let vendors = VendorRegistry::from_config(&DeviceConfig::default());
+        let quotas = QuotaCache::new(&vendors);
+        let state = SchedState::new(vendors, 60);
         let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry, Arc::new(Mutex::new(state)));
+        let metrics = Metrics::register(&mut registry, Arc::new(Mutex::new(state)), quotas, false);
         for o in FilterOutcome::ALL {
             metrics.filter_done(*o, Duration::ZERO);
         }

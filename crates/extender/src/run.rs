@@ -13,6 +13,7 @@ use hami_core::engine::SchedulerDefaults;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_k8s::lock::{LocalBinds, PEER_BIND_GRACE};
+use hami_k8s::quotas::QuotaCache;
 use hami_server::admin::{AdminState, Readiness};
 use hami_server::device_config::load_device_config;
 use hami_server::listener::{Relistener, TakeOverError};
@@ -67,6 +68,8 @@ pub struct Service {
     pub handshake_timeout: Duration,
     /// kube-scheduler's Lease to follow, when leader election is on.
     pub leader_lease: Option<LeaseRef>,
+    /// Also export HAMi's pre-2.8 metric names (`--legacy-metrics`).
+    pub legacy_metrics: bool,
     /// Answer /filter and /bind on a thread of their own (one-thread runtime), while
     /// watches, writes and events run on the calling runtime: kube-scheduler's calls never
     /// wait for background work or cross-thread hand-offs of the async runtime.
@@ -83,7 +86,8 @@ pub struct Service {
 impl Service {
     /// The flags' service, with listeners bound.
     pub async fn from_cli(cli: &Cli) -> Result<Self, RunError> {
-        let devices = load_device_config(cli.device_config_file.as_deref())?;
+        let devices = load_device_config(cli.device_config_file.as_deref())?
+            .with_switches(cli.vendors.switches());
         let bind = |addr: std::net::SocketAddr| async move {
             TcpListener::bind(addr)
                 .await
@@ -132,6 +136,7 @@ impl Service {
             registry_interval: cli.registry_interval,
             handshake_timeout: cli.handshake_timeout,
             leader_lease,
+            legacy_metrics: cli.legacy_metrics,
             dedicated_http_thread: true,
             ui: cli.ui,
             admin_tls,
@@ -149,9 +154,10 @@ pub async fn serve_service(
     let registry = VendorRegistry::from_config(&svc.devices);
     let ttl = i64::try_from(svc.settings.reservation_timeout.as_secs()).unwrap_or(i64::MAX);
     let state = Arc::new(Mutex::new(SchedState::new(registry.clone(), ttl)));
+    let quotas = QuotaCache::new(&registry);
     let mut prom = Registry::default();
-    let metrics = Metrics::register(&mut prom, state.clone());
-    let readiness = Readiness::not_ready("node and pod caches have not synced yet");
+    let metrics = Metrics::register(&mut prom, state.clone(), quotas.clone(), svc.legacy_metrics);
+    let readiness = Readiness::not_ready("node, pod and resourcequota caches have not synced yet");
     let admin = AdminState {
         readiness: readiness.clone(),
         registry: Arc::new(prom),
@@ -167,7 +173,7 @@ pub async fn serve_service(
         .unwrap_or_else(|| svc.settings.scheduler_name.clone());
     let events = Recorder::start(client.clone(), &svc.settings.scheduler_name, &instance);
     let (changes, _) = watch::channel(0u64);
-    let sync = SyncTracker::new(state.clone(), readiness.clone());
+    let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness.clone());
     let mut sup = Supervisor::new(readiness, shutdown, svc.restart);
 
     let leadership = match &svc.leader_lease {
@@ -191,11 +197,18 @@ pub async fn serve_service(
         label_selector: svc.node_label_selector.clone(),
         changes: changes.clone(),
         sync: sync.clone(),
+        events: events.clone(),
     };
     sup.spawn("node watch", move |stop| watch_nodes(nodes.clone(), stop));
     let (c, st) = (client.clone(), state.clone());
+    let pod_sync = sync.clone();
     sup.spawn("pod watch", move |stop| {
-        watch_pods(c.clone(), st.clone(), sync.clone(), stop)
+        watch_pods(c.clone(), st.clone(), pod_sync.clone(), stop)
+    });
+    let (c, q) = (client.clone(), quotas.clone());
+    sup.spawn("resourcequota watch", move |stop| {
+        let sync = sync.clone();
+        q.clone().watch(c.clone(), move || sync.update(), stop)
     });
     let (st, m) = (state.clone(), metrics.clone());
     sup.spawn("reservation expiry", move |stop| {
@@ -231,6 +244,7 @@ pub async fn serve_service(
     let extender = Arc::new(Extender::new(
         ExtenderParts {
             state,
+            quotas,
             client,
             events,
             metrics,

@@ -9,6 +9,7 @@ use hami_core::sync::MutexExt;
 use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_k8s::lock::LocalBinds;
+use hami_k8s::quotas::QuotaCache;
 use hami_server::body::read_request_bounded;
 use hami_server::{Handler, HttpResponse, handler_fn, respond};
 use hyper::body::Incoming;
@@ -45,6 +46,8 @@ pub enum WriteState {
 /// The extender: what /filter and /bind share.
 pub struct Extender {
     pub(crate) state: Arc<Mutex<SchedState>>,
+    /// The namespaces' ResourceQuota limits.
+    pub(crate) quotas: QuotaCache,
     pub(crate) registry: VendorRegistry,
     pub(crate) client: Client,
     pub(crate) events: Recorder,
@@ -73,6 +76,7 @@ impl std::fmt::Debug for Extender {
 /// What the extender works with, made by the caller.
 pub struct ExtenderParts {
     pub state: Arc<Mutex<SchedState>>,
+    pub quotas: QuotaCache,
     pub client: Client,
     pub events: Recorder,
     pub metrics: Metrics,
@@ -93,6 +97,7 @@ impl Extender {
     pub fn new(parts: ExtenderParts, settings: Settings) -> Self {
         let ExtenderParts {
             state,
+            quotas,
             client,
             events,
             metrics,
@@ -102,6 +107,7 @@ impl Extender {
         let registry = state.lock_unpoisoned().registry().clone();
         Extender {
             state,
+            quotas,
             registry,
             client,
             events,
@@ -119,16 +125,16 @@ impl Extender {
         self.state.lock_unpoisoned()
     }
 
-    /// Waits until the node and pod caches have synced, up to `sync_wait`.
+    /// Waits until the node, pod and resourcequota caches have synced, up to `sync_wait`.
     pub(crate) async fn wait_synced(&self) -> Result<(), String> {
         let deadline = Instant::now() + self.settings.sync_wait;
         loop {
-            if self.lock_state().synced() {
+            if self.quotas.synced() && self.lock_state().synced() {
                 return Ok(());
             }
             if Instant::now() >= deadline {
                 return Err(format!(
-                    "hami-scheduler has not finished listing nodes and pods after {}s; try again",
+                    "hami-scheduler has not finished listing nodes, pods and resourcequotas after {}s; try again",
                     self.settings.sync_wait.as_secs()
                 ));
             }

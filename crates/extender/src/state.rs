@@ -33,9 +33,10 @@ use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
 };
 use hami_core::model::PodSingleDevice;
+use hami_core::quota::{QuotaBook, QuotaBudget};
 use hami_core::request::{ContainerKind, plain_integer};
 use hami_core::resources::{QuantityError, Resources, node_allocatable, pod_requests};
-use hami_core::vendor::VendorRegistry;
+use hami_core::vendor::{InventorySource, NodeView, VendorRegistry};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde_json::Value;
@@ -76,6 +77,9 @@ pub struct VendorNode {
     pub handshake: Option<Box<str>>,
     /// `status.allocatable[<count resource>]`, when present.
     pub allocatable: Option<i64>,
+    /// `status.capacity[<count resource>]`, when present (the liveness signal of vendors
+    /// without a handshake).
+    pub capacity: Option<i64>,
 }
 
 /// A placement decision as it shows in pod annotations (node, decision time, device
@@ -267,18 +271,33 @@ impl SchedState {
         if name.is_empty() {
             return None;
         }
-        let empty = BTreeMap::new();
-        let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+        let view = NodeView::of(node);
+        let annotations = view.annotations;
         let mut shaping = self.hasher.build_hasher();
-        for key in [keys::DEVICE_CORDON, keys::NVIDIA_NODE_SCORE] {
-            annotations.get(key).hash(&mut shaping);
-        }
+        annotations.get(keys::DEVICE_CORDON).hash(&mut shaping);
         let mut vendors = Vec::with_capacity(self.registry.vendors().len());
         for v in self.registry.vendors() {
-            let register = annotations.get(v.register_annotation());
+            v.pair_score_annotation()
+                .and_then(|k| annotations.get(k))
+                .hash(&mut shaping);
+            // Everything the vendor's inventory is read from: a change re-reads it.
+            let mut register = self.hasher.build_hasher();
+            let mut any = false;
+            for input in v.inventory_inputs() {
+                let value = match input {
+                    InventorySource::Annotation(key) => annotations.get(key).map(String::as_str),
+                    InventorySource::Capacity(resource) => view
+                        .capacity
+                        .and_then(|c| c.get(resource))
+                        .map(|q| q.0.as_str()),
+                };
+                any |= value.is_some();
+                value.hash(&mut register);
+            }
+            let register = any.then(|| register.finish());
             register.hash(&mut shaping);
             vendors.push(VendorNode {
-                registration: register.map(|r| self.hasher.hash_one(r)),
+                registration: register,
                 handshake: v
                     .handshake_annotation()
                     .and_then(|h| annotations.get(h))
@@ -289,6 +308,7 @@ impl SchedState {
                     .and_then(|s| s.allocatable.as_ref())
                     .and_then(|a| a.get(v.count_resource()))
                     .and_then(plain_integer),
+                capacity: view.capacity_of(v.count_resource()),
             });
         }
         let shaping = shaping.finish();
@@ -297,7 +317,7 @@ impl SchedState {
         let (inventory, issues) = match previous {
             Some(ref p) if !changed => (p.inventory.clone(), p.issues.clone()),
             _ => {
-                let (inv, issues) = NodeInventory::from_annotations(annotations, &self.registry);
+                let (inv, issues) = NodeInventory::from_node(&view, &self.registry);
                 (Arc::new(inv), issues)
             }
         };
@@ -405,6 +425,72 @@ impl SchedState {
             return format!("{vendor} devices unavailable: {why}");
         }
         hami_core::ledger::unregistered_reason(entry.issues.first())
+    }
+
+    /// Why the devices of one of `vendors` on a node cannot be used (the plugin is not
+    /// reporting, or its registration is invalid), for FailedNodes; `None` when every
+    /// vendor that has no devices there simply has none.
+    pub fn vendor_unavailable(&self, name: &str, vendors: &[String]) -> Option<String> {
+        let entry = self.nodes.get(name)?;
+        for vendor in vendors {
+            if let Some(why) = entry.unhealthy.get(vendor) {
+                return Some(format!("{vendor} devices unavailable: {why}"));
+            }
+            if let Some(issue) = entry
+                .issues
+                .iter()
+                .find(|i| i.blocking && &i.vendor == vendor)
+            {
+                return Some(format!(
+                    "{vendor} devices unavailable: {} is invalid: {}",
+                    issue.annotation, issue.error
+                ));
+            }
+        }
+        None
+    }
+
+    /// The vendors whose devices the pod holds (what /bind locks for).
+    pub fn vendors_held(&self, uid: &str) -> Vec<String> {
+        let Some(rec) = self.ledger.pod(uid) else {
+            return Vec::new();
+        };
+        let Some(node) = self.ledger.node(&rec.node) else {
+            return Vec::new();
+        };
+        let mut vendors: Vec<String> = rec
+            .charges
+            .iter()
+            .filter_map(|c| node.vendor_of(&c.uuid))
+            .map(String::from)
+            .collect();
+        vendors.sort();
+        vendors.dedup();
+        vendors
+    }
+
+    // ---- ResourceQuotas (`docs/protocol.md#resourcequota`) ----
+
+    /// What the namespace's limits (in `quotas`) leave for a pod asking for these vendors,
+    /// given what the namespace holds now (reservations included).
+    pub fn quota_budgets(
+        &self,
+        quotas: &QuotaBook,
+        namespace: &str,
+        vendor_keys: &[String],
+    ) -> BTreeMap<String, QuotaBudget> {
+        if !quotas.limits_namespace(namespace) {
+            return BTreeMap::new();
+        }
+        vendor_keys
+            .iter()
+            .filter_map(|key| {
+                let vendor = self.registry.get(key)?;
+                let used = self.ledger.namespace_use(namespace, key);
+                let budget = quotas.budget(namespace, vendor.as_ref(), used)?;
+                Some((key.clone(), budget))
+            })
+            .collect()
     }
 
     // ---- pods ----

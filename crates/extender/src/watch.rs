@@ -1,16 +1,22 @@
 //! Watch-fed caches: nodes and pods stream into [`SchedState`] through kube's watcher
-//! (list, then watch; relist on 410 or a dropped connection). Nothing here polls.
+//! (list, then watch; relist on 410 or a dropped connection); ResourceQuotas into
+//! [`hami_k8s::quotas::QuotaCache`]. Nothing here polls.
 //!
 //! Each watch runs supervised (`run.rs`): an error no retry fixes (the API server
 //! refuses the watch) or the stream ending ends the task, so `/readyz` says why and the
 //! supervisor starts it again, which relists.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
+use hami_core::annotations as keys;
 use hami_core::pod::pod_name;
 use hami_core::sync::MutexExt;
+use hami_k8s::events::{EventType, Recorder, Subject};
+use hami_k8s::quotas::QuotaCache;
+use hami_k8s::watch::next_event;
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -24,33 +30,31 @@ use crate::service::unix_now;
 use crate::slim::WatchedPod;
 use crate::state::SchedState;
 
-/// Which caches have synced, so readiness is reported once both have.
+/// Which caches have synced, so readiness is reported once all have.
 #[derive(Debug, Clone)]
 pub struct SyncTracker {
     state: Arc<Mutex<SchedState>>,
+    quotas: QuotaCache,
     readiness: Readiness,
 }
 
 impl SyncTracker {
-    pub fn new(state: Arc<Mutex<SchedState>>, readiness: Readiness) -> Self {
-        SyncTracker { state, readiness }
+    pub fn new(state: Arc<Mutex<SchedState>>, quotas: QuotaCache, readiness: Readiness) -> Self {
+        SyncTracker {
+            state,
+            quotas,
+            readiness,
+        }
     }
 
-    fn update(&self) {
-        if self.state.lock_unpoisoned().synced() {
+    pub fn update(&self) {
+        if self.quotas.synced() && self.state.lock_unpoisoned().synced() {
             self.readiness.set_ready();
         }
     }
 }
 
-/// Why a watch stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum WatchStopped {
-    #[error("the API server refused the {watch} watch: {error}")]
-    Refused { watch: &'static str, error: String },
-    #[error("the {0} watch stream ended")]
-    Ended(&'static str),
-}
+pub use hami_k8s::watch::WatchStopped;
 
 /// What the node watch feeds, and from where.
 #[derive(Clone)]
@@ -62,6 +66,8 @@ pub struct NodeWatch {
     /// Bumped on every node event.
     pub changes: watch::Sender<u64>,
     pub sync: SyncTracker,
+    /// Node events about annotations that cannot be used.
+    pub events: Recorder,
 }
 
 impl std::fmt::Debug for NodeWatch {
@@ -83,7 +89,9 @@ pub async fn watch_nodes(
         label_selector,
         changes,
         sync,
+        events,
     } = watch;
+    let mut score_warnings = Throttle::new(SCORE_WARNING_INTERVAL);
     let api: Api<Node> = Api::all(client);
     let mut config = watcher::Config::default();
     if let Some(sel) = label_selector.filter(|s| !s.trim().is_empty()) {
@@ -98,7 +106,7 @@ pub async fn watch_nodes(
                 Event::Init => listed.clear(),
                 Event::InitApply(n) => {
                     listed.insert(n.metadata.name.clone().unwrap_or_default());
-                    apply_node(&mut st, &n);
+                    apply_node(&mut st, &n, &events, &mut score_warnings);
                 }
                 Event::InitDone => {
                     st.retain_nodes(&listed);
@@ -107,11 +115,12 @@ pub async fn watch_nodes(
                     // Free it: the next relist may be hours away.
                     listed = HashSet::new();
                 }
-                Event::Apply(n) => apply_node(&mut st, &n),
+                Event::Apply(n) => apply_node(&mut st, &n, &events, &mut score_warnings),
                 Event::Delete(n) => {
                     let name = n.metadata.name.clone().unwrap_or_default();
                     tracing::info!(node = %name, "node deleted");
                     st.delete_node(&name);
+                    score_warnings.forget(&name);
                 }
             }
         }
@@ -121,37 +130,80 @@ pub async fn watch_nodes(
     Ok(())
 }
 
-/// The next watch event, `None` once shutting down. Errors a retry may fix are logged and
-/// skipped (the watcher retries with backoff, and relists when it must); the others, and
-/// the stream ending, stop the watch.
-async fn next_event<K>(
-    stream: &mut (impl futures::Stream<Item = Result<Event<K>, watcher::Error>> + Unpin),
-    shutdown: &CancellationToken,
-    what: &'static str,
-) -> Result<Option<Event<K>>, WatchStopped> {
-    loop {
-        let next = tokio::select! {
-            _ = shutdown.cancelled() => return Ok(None),
-            n = stream.try_next() => n,
-        };
-        match next {
-            Ok(Some(e)) => return Ok(Some(e)),
-            Ok(None) => return Err(WatchStopped::Ended(what)),
-            Err(e) if hami_k8s::watch::is_permanent(&e) => {
-                return Err(WatchStopped::Refused {
-                    watch: what,
-                    error: e.to_string(),
-                });
-            }
-            Err(e) => tracing::warn!(error = %e, watch = what, "watch failed; retrying"),
+/// Longest a repeated warning about one node's topology scores stays quiet.
+const SCORE_WARNING_INTERVAL: Duration = Duration::from_secs(600);
+/// Characters of an annotation value quoted in a warning.
+const QUOTED_VALUE: usize = 200;
+
+/// Lets a warning about a key through at most once per interval.
+#[derive(Debug)]
+struct Throttle {
+    interval: Duration,
+    last: HashMap<String, Instant>,
+}
+
+impl Throttle {
+    fn new(interval: Duration) -> Self {
+        Throttle {
+            interval,
+            last: HashMap::new(),
         }
+    }
+
+    /// Whether a warning about `key` may go out at `now` (and notes that it did).
+    fn allow(&mut self, key: &str, now: Instant) -> bool {
+        match self.last.get(key) {
+            Some(t) if now.saturating_duration_since(*t) < self.interval => false,
+            _ => {
+                self.last.insert(key.to_string(), now);
+                true
+            }
+        }
+    }
+
+    fn forget(&mut self, key: &str) {
+        self.last.remove(key);
     }
 }
 
-fn apply_node(st: &mut SchedState, n: &Node) {
+/// `value` cut to [`QUOTED_VALUE`] characters for a message.
+fn quoted(value: &str) -> String {
+    match value.char_indices().nth(QUOTED_VALUE) {
+        Some((i, _)) => format!("{:?}...", &value[..i]),
+        None => format!("{value:?}"),
+    }
+}
+
+fn apply_node(st: &mut SchedState, n: &Node, events: &Recorder, throttle: &mut Throttle) {
     let name = n.metadata.name.as_deref().unwrap_or_default();
     if let Some(issues) = st.apply_node(n) {
         for i in issues {
+            if i.annotation == keys::NVIDIA_NODE_SCORE {
+                // Kept on purpose (HAMi drops the node): the node schedules as before,
+                // topology-aware placement there has no pair scores
+                // (`docs/protocol.md#node-annotations`).
+                if throttle.allow(name, Instant::now()) {
+                    let value = n
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(keys::NVIDIA_NODE_SCORE))
+                        .map_or_else(String::new, |v| quoted(v));
+                    let message = format!(
+                        "{} on node {name} is invalid ({}): value {value}; the node stays schedulable without GPU pair scores (topology-aware placement there has no topology information)",
+                        keys::NVIDIA_NODE_SCORE,
+                        i.error
+                    );
+                    tracing::warn!(node = %name, annotation = %i.annotation, value = %value, error = %i.error, "node topology scores not usable; pair scores ignored");
+                    events.record(
+                        Subject::node(name, n.metadata.uid.as_deref()),
+                        EventType::Warning,
+                        "NodeScoreInvalid",
+                        message,
+                    );
+                }
+                continue;
+            }
             tracing::warn!(node = %name, annotation = %i.annotation, error = %i.error, "node registration not usable");
         }
         let devices: usize = st.node(name).map_or(0, |e| {
@@ -236,5 +288,37 @@ fn apply_pod(st: &mut SchedState, p: &Pod, now: i64) {
     }
     if !applied.report.unknown_devices.is_empty() {
         tracing::warn!(pod = %pod_name(p), devices = ?applied.report.unknown_devices, "pod holds devices its node does not register");
+    }
+    if let Some(annotations) = p.metadata.annotations.as_ref() {
+        let unknown = hami_core::ledger::unknown_allocations(annotations, st.registry());
+        if !unknown.is_empty() {
+            tracing::warn!(pod = %pod_name(p), annotations = ?unknown, "pod holds devices of vendors this scheduler does not serve (switched off or unknown); they are not accounted");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_lets_one_warning_per_key_through_per_interval() {
+        let mut t = Throttle::new(Duration::from_secs(600));
+        let start = Instant::now();
+        assert!(t.allow("n1", start));
+        assert!(!t.allow("n1", start + Duration::from_secs(599)));
+        assert!(t.allow("n2", start + Duration::from_secs(1)));
+        assert!(t.allow("n1", start + Duration::from_secs(600)));
+        t.forget("n2");
+        assert!(t.allow("n2", start + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn long_values_are_cut_for_messages() {
+        assert_eq!(quoted("abc"), "\"abc\"");
+        let long = "x".repeat(500);
+        let q = quoted(&long);
+        assert!(q.ends_with("\"..."), "{q}");
+        assert_eq!(q.len(), QUOTED_VALUE + 5);
     }
 }

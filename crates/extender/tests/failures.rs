@@ -114,13 +114,9 @@ async fn bind_waits_for_a_locked_node_then_proceeds() {
     );
 }
 
-#[tokio::test]
-async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() {
+/// One node locked by a live pod `holder`, and pod `p` filtered onto it.
+async fn locked_by_holder(knobs: Knobs) -> Cluster {
     install_crypto();
-    let knobs = Knobs {
-        node_lock_wait: Duration::from_millis(300),
-        ..Knobs::default()
-    };
     let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
     // A live lock: its pod is bound to the node and being allocated there.
     let mut holder = gpu_pod(
@@ -143,6 +139,16 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
     .unwrap();
     c.create(&gpu_pod("p", &[limits(9000)], json!({}))).await;
     assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+    c
+}
+
+#[tokio::test]
+async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() {
+    let c = locked_by_holder(Knobs {
+        node_lock_wait: Duration::from_millis(300),
+        ..Knobs::default()
+    })
+    .await;
     let b = c.bind("p", "n1").await;
     assert!(
         b.error.contains("locked by pod default/holder"),
@@ -159,6 +165,34 @@ async fn bind_gives_up_on_a_node_locked_too_long_and_releases_the_reservation() 
     );
     assert_eq!(c.allocated_mem().await["n1-gpu0"], 0);
     c.wait_event("p", "BindingFailed").await;
+}
+
+/// `--node-lock-wait 0` fails at once, as HAMi does, with HAMi's words for a locked node
+/// (`node <n> has been locked within <timeout>`, the timeout as Go prints it). The case
+/// of HAMi's `TestLockNodeWithTimeout` (pkg/util/nodelock): a fresh lock of a live pod,
+/// a 2-minute lock timeout, `has been locked within 2m0s`.
+#[tokio::test]
+async fn bind_without_waiting_fails_at_once_in_hamis_words() {
+    let c = locked_by_holder(Knobs {
+        node_lock_wait: Duration::ZERO,
+        node_lock_timeout: Duration::from_secs(120),
+        ..Knobs::default()
+    })
+    .await;
+    let started = Instant::now();
+    let b = c.bind("p", "n1").await;
+    assert!(
+        b.error.starts_with("node n1 has been locked within 2m0s ("),
+        "{}",
+        b.error
+    );
+    assert!(
+        b.error.contains("locked by pod default/holder"),
+        "{}",
+        b.error
+    );
+    assert!(started.elapsed() < Duration::from_secs(2), "it waited");
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 0);
 }
 
 #[tokio::test]
@@ -413,6 +447,46 @@ async fn nodes_whose_plugin_stops_answering_leave_and_come_back() {
     assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
 }
 
+/// Pod `p` (one GPU, 2500 MiB, 40 % cores), placed and bound.
+async fn schedule_one_gpu_pod(c: &Cluster) {
+    c.create(&gpu_pod(
+        "p",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "40"})],
+        json!({}),
+    ))
+    .await;
+    c.schedule("p").await;
+}
+
+/// `--legacy-metrics` adds HAMi's pre-2.8 names with their labels (`docs/protocol.md#metrics`).
+#[tokio::test]
+async fn legacy_metric_names_on_request() {
+    install_crypto();
+    let knobs = Knobs {
+        legacy_metrics: true,
+        ..Knobs::default()
+    };
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 10_000))], knobs).await;
+    schedule_one_gpu_pod(&c).await;
+    let m = c.metrics().await;
+    for line in [
+        "GPUDeviceMemoryLimit{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\"} 10485760000",
+        "GPUDeviceCoreLimit{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\"} 100",
+        "GPUDeviceMemoryAllocated{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\",devicecores=\"40\"} 2621440000",
+        "GPUDeviceSharedNum{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\"} 1",
+        "GPUDeviceCoreAllocated{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\"} 40",
+        "nodeGPUOverview{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\",devicetype=\"NVIDIA-Tesla T4\",devicecores=\"40\",devicememorylimit=\"10000\"} 2621440000",
+        "nodeGPUMemoryPercentage{zone=\"vGPU\",nodeid=\"n1\",deviceuuid=\"n1-gpu0\",deviceidx=\"0\"} 0.25",
+        "vGPUMemoryAllocated{zone=\"vGPU\",podnamespace=\"default\",nodename=\"n1\",podname=\"p\",containeridx=\"0\",deviceuuid=\"n1-gpu0\"} 2621440000",
+        "vGPUCoreAllocated{zone=\"vGPU\",podnamespace=\"default\",nodename=\"n1\",podname=\"p\",containeridx=\"0\",deviceuuid=\"n1-gpu0\"} 40",
+        "QuotaUsed{zone=\"vGPU\",quotanamespace=\"default\",quotaName=\"nvidia.com/gpumem\",limit=\"0\"} 2500",
+    ] {
+        assert!(m.contains(line), "{line} missing in\n{m}");
+    }
+    // The current names stay.
+    assert!(m.contains("hami_gpu_memory_limit_bytes{"), "{m}");
+}
+
 #[tokio::test]
 async fn metrics_and_readiness() {
     install_crypto();
@@ -421,18 +495,26 @@ async fn metrics_and_readiness() {
         .await
         .unwrap();
     assert_eq!(ready.status, 200);
-    c.create(&gpu_pod(
-        "p",
-        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "2500", "nvidia.com/gpucores": "40"})],
-        json!({}),
-    ))
-    .await;
-    c.schedule("p").await;
+    schedule_one_gpu_pod(&c).await;
     let m = c.metrics().await;
+    // Two equal GPUs: the pod took the last registered one, as HAMi does.
     assert!(m.contains("hami_gpu_memory_limit_bytes{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 10485760000"), "{m}");
-    assert!(m.contains("hami_gpu_memory_allocated_bytes{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\",device_cores=\"40\"} 2621440000"), "{m}");
-    assert!(m.contains("hami_gpu_shared_count{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 1"));
-    assert!(m.contains("hami_gpu_core_allocated_ratio{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu0\",device_index=\"0\",device_type=\"NVIDIA-Tesla T4\"} 40"));
+    assert!(m.contains("hami_gpu_memory_allocated_bytes{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu1\",device_index=\"1\",device_type=\"NVIDIA-Tesla T4\",device_cores=\"40\"} 2621440000"), "{m}");
+    assert!(m.contains("hami_gpu_shared_count{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu1\",device_index=\"1\",device_type=\"NVIDIA-Tesla T4\"} 1"));
+    assert!(m.contains("hami_gpu_core_allocated_ratio{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu1\",device_index=\"1\",device_type=\"NVIDIA-Tesla T4\"} 40"));
+    // HAMi's overview, per-container (collapsed: container_index 0) and build series.
+    assert!(m.contains("hami_node_gpu_overview{zone=\"vGPU\",node=\"n1\",device_uuid=\"n1-gpu1\",device_index=\"1\",device_type=\"NVIDIA-Tesla T4\",device_cores=\"40\",device_memory_limit=\"10000\"} 2621440000"), "{m}");
+    assert!(m.contains("hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"p\",container_index=\"0\",device_uuid=\"n1-gpu1\"} 2621440000"), "{m}");
+    assert!(m.contains("hami_vgpu_core_allocated_ratio{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"p\",container_index=\"0\",device_uuid=\"n1-gpu1\"} 40"), "{m}");
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("hami_build_info{version=\"")
+                && l.contains("compiler=\"rustc\"")
+                && l.ends_with(" 1")),
+        "{m}"
+    );
+    // HAMi's legacy names only with --legacy-metrics.
+    assert!(!m.contains("GPUDeviceMemoryLimit"), "{m}");
     assert!(m.contains("hami_scheduler_node_gpus{node=\"n1\"} 2"));
     assert!(
         m.contains("hami_scheduler_filter_requests_total{result=\"placed\"} 1"),

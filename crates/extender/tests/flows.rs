@@ -40,9 +40,10 @@ async fn one_container_pod_is_placed_annotated_locked_and_bound() {
         .wait_annotations("p", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
         .await;
     assert_eq!(a["hami.io/vgpu-node"], "n1");
+    // Two equal GPUs: the last registered one, as HAMi takes it.
     assert_eq!(
         a["hami.io/vgpu-devices-allocated"],
-        "n1-gpu0,NVIDIA,4000,30:;"
+        "n1-gpu1,NVIDIA,4000,30:;"
     );
     assert_eq!(
         a["hami.io/vgpu-devices-to-allocate"],
@@ -83,8 +84,8 @@ async fn one_container_pod_is_placed_annotated_locked_and_bound() {
     c.finish_allocation("p", "n1").await;
     assert_eq!(c.node_lock("n1").await, None);
     let used = c.allocated_mem().await;
-    assert_eq!(used["n1-gpu0"], 4000);
-    assert_eq!(used["n1-gpu1"], 0);
+    assert_eq!(used["n1-gpu1"], 4000);
+    assert_eq!(used["n1-gpu0"], 0);
 }
 
 #[tokio::test]
@@ -102,7 +103,8 @@ async fn node_and_gpu_policies_binpack_and_spread() {
     assert_eq!(c.schedule("first").await, "n1");
     c.finish_allocation("first", "n1").await;
 
-    // Node binpack (default): the busier node; GPU spread (default): its idle GPU.
+    // Node binpack (default): the busier node; GPU spread (default): its idle GPU
+    // (`first` took n1-gpu1, the last of two equal GPUs).
     c.create(&gpu_pod("bp", std::slice::from_ref(&limits), json!({})))
         .await;
     assert_eq!(c.schedule("bp").await, "n1");
@@ -110,7 +112,7 @@ async fn node_and_gpu_policies_binpack_and_spread() {
         .wait_annotations("bp", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
         .await;
     assert!(
-        a["hami.io/vgpu-devices-allocated"].starts_with("n1-gpu1,"),
+        a["hami.io/vgpu-devices-allocated"].starts_with("n1-gpu0,"),
         "{a:?}"
     );
     c.finish_allocation("bp", "n1").await;
@@ -472,4 +474,44 @@ async fn frag_places_by_node_cpu_and_shows_its_workload() {
     assert_eq!(view["gpu_types"][0]["type"], "NVIDIA-Tesla T4");
     assert_eq!(view["gpu_types"][0]["gpus"], 4);
     assert!(view["classes"].as_array().is_some_and(|c| c.len() == 35));
+}
+
+/// A malformed `hami.io/node-nvidia-score` keeps the node (HAMi would treat it as
+/// unregistered): pods still land there, topology-aware ones without pair scores, and a
+/// Node event names the node and the bad value (`docs/protocol.md#node-annotations`).
+#[tokio::test]
+async fn a_malformed_node_score_keeps_the_node_without_topology() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    hami_k8s::patch::patch_node(
+        &c.client,
+        "n1",
+        &hami_k8s::patch::MetadataPatch::new().annotate("hami.io/node-nvidia-score", "not-json{"),
+    )
+    .await
+    .unwrap();
+    let event = c.wait_event("n1", "NodeScoreInvalid").await;
+    let message = event.message.unwrap_or_default();
+    assert!(
+        message.contains("hami.io/node-nvidia-score on node n1 is invalid")
+            && message.contains("value \"not-json{\"")
+            && message.contains("stays schedulable"),
+        "{message}"
+    );
+    assert_eq!(event.involved_object.kind.as_deref(), Some("Node"));
+    c.create(&gpu_pod(
+        "topo",
+        &[json!({"nvidia.com/gpu": "2", "nvidia.com/gpumem": "1000"})],
+        json!({"hami.io/gpu-scheduler-policy": "topology-aware"}),
+    ))
+    .await;
+    assert_eq!(c.schedule("topo").await, "n1");
+    let a = c
+        .wait_annotations("topo", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
+        .await;
+    // Without pair scores every pair ties: the first pair in walk order.
+    assert_eq!(
+        a["hami.io/vgpu-devices-allocated"],
+        "n1-gpu1,NVIDIA,1000,0:n1-gpu0,NVIDIA,1000,0:;"
+    );
 }

@@ -34,6 +34,7 @@ fn gpu(id: &str, index: u32) -> DeviceInfo {
         mode: "hami-core".into(),
         health: true,
         mig_profiles: vec![],
+        custom_info: Default::default(),
     }
 }
 
@@ -315,7 +316,13 @@ fn nodes_register_reregister_and_report_why_they_are_unusable() {
     );
     assert_eq!(st.apply_node(&bigger), Some(vec![]));
     assert_eq!(used_mem(&st, "n1"), 1000);
-    assert_eq!(st.node("n1").unwrap().vendors[0].allocatable, Some(20));
+    let nvidia = st
+        .registry()
+        .vendors()
+        .iter()
+        .position(|v| v.common_word() == "NVIDIA")
+        .unwrap();
+    assert_eq!(st.node("n1").unwrap().vendors[nvidia].allocatable, Some(20));
     st.delete_node("n1");
     assert!(st.ledger().node("n1").is_none());
 }

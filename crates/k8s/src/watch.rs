@@ -3,7 +3,45 @@
 //! not serve) then looks alive while its cache goes stale. Such errors end the watch
 //! instead, so its supervisor reports it and the process's readiness says why.
 
-use kube::runtime::watcher;
+use futures::{Stream, TryStreamExt};
+use kube::runtime::watcher::{self, Event};
+use tokio_util::sync::CancellationToken;
+
+/// Why a watch stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchStopped {
+    #[error("the API server refused the {watch} watch: {error}")]
+    Refused { watch: &'static str, error: String },
+    #[error("the {0} watch stream ended")]
+    Ended(&'static str),
+}
+
+/// The next watch event, `None` once shutting down. Errors a retry may fix are logged and
+/// skipped (the watcher retries with backoff, and relists when it must); the others, and
+/// the stream ending, stop the watch.
+pub async fn next_event<K>(
+    stream: &mut (impl Stream<Item = Result<Event<K>, watcher::Error>> + Unpin),
+    shutdown: &CancellationToken,
+    what: &'static str,
+) -> Result<Option<Event<K>>, WatchStopped> {
+    loop {
+        let next = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            n = stream.try_next() => n,
+        };
+        match next {
+            Ok(Some(e)) => return Ok(Some(e)),
+            Ok(None) => return Err(WatchStopped::Ended(what)),
+            Err(e) if is_permanent(&e) => {
+                return Err(WatchStopped::Refused {
+                    watch: what,
+                    error: e.to_string(),
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, watch = what, "watch failed; retrying"),
+        }
+    }
+}
 
 /// Whether `e` is an answer of the API server that no retry changes: a 4xx other than
 /// 408 (Request Timeout), 409 (Conflict), 410 (Gone: the watcher relists) and 429 (Too

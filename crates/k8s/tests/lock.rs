@@ -315,3 +315,84 @@ async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
             .is_held()
     );
 }
+
+/// HAMi's `Test_LockNode`, `TestLockNodeWithDangling` and `TestReleaseNodeLock`
+/// (pkg/util/nodelock), case by case. Three of HAMi's cases are deliberate differences
+/// (`docs/protocol.md#node-lock`): the lock's own owner takes it back (HAMi: `node has been
+/// locked`, an error), a malformed value is taken over (HAMi: `node lock is invalid`, an
+/// error that blocks the node until someone edits it) and releasing on a node that is gone
+/// finds nothing to release (HAMi: an error).
+#[tokio::test]
+async fn hamis_node_lock_tables() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "hami", json!({})).await;
+
+    // Test_LockNode "node not found": an error.
+    assert!(matches!(
+        lock::try_acquire(&client, "node", "default", "hami", TIMEOUT).await,
+        Err(LockError::NodeNotFound(n)) if n == "node"
+    ));
+    // Test_LockNode "successfully set node lock".
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Taken
+    );
+    // Test_LockNode "node has been locked" (by the same pod): re-entered here.
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::Reentered
+    );
+    // TestReleaseNodeLock "successfully release node lock", then "node is not lock".
+    assert_eq!(
+        lock::release(&client, "n1", "default", "hami")
+            .await
+            .unwrap(),
+        Released::Released
+    );
+    assert_eq!(
+        lock::release(&client, "n1", "default", "hami")
+            .await
+            .unwrap(),
+        Released::NotLocked
+    );
+    // TestReleaseNodeLock "node lock is not set by this pod": no error, lock left alone.
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let other = format!("{now},namespace,pod");
+    set_lock(&client, &other).await;
+    assert_eq!(
+        lock::release(&client, "n1", "default", "hami")
+            .await
+            .unwrap(),
+        Released::HeldByOther {
+            value: other.clone()
+        }
+    );
+    assert_eq!(lock_value(&client).await, Some(other));
+    // TestLockNodeWithDangling: a fresh lock whose pod does not exist is taken over.
+    assert!(matches!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT).await,
+        Ok(Acquired::TookOver(Takeover::Dangling { .. }))
+    ));
+    // TestReleaseNodeLock "node not found": HAMi errors; here there is nothing left to
+    // release, and a failed bind's clean-up must not report the node's deletion as a fault.
+    assert_eq!(
+        lock::release(&client, "node", "default", "hami")
+            .await
+            .unwrap(),
+        Released::NotLocked
+    );
+    // Test_LockNode "node lock is invalid" (`lock`): taken over here.
+    set_lock(&client, "lock").await;
+    assert_eq!(
+        lock::try_acquire(&client, "n1", "default", "hami", TIMEOUT)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Malformed {
+            value: "lock".into()
+        })
+    );
+}

@@ -23,7 +23,8 @@ const INDEXES: [&str; 16] = [
     "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15",
 ];
 
-/// Registers the monitor's collector (and `hami_build_info`) in `registry`.
+/// Registers the monitor's collector in `registry` (`hami_build_info` comes from
+/// [`hami_server::build_info`]).
 pub fn register(
     registry: &mut Registry,
     snapshot: SnapshotReceiver,
@@ -519,50 +520,5 @@ impl MonitorCollector {
         )?;
         ConstGauge::new(snap.scan_duration.as_secs_f64()).encode(metric.encode_family(&[ZONE])?)?;
         Ok(())
-    }
-}
-
-/// `hami_build_info` (no zone label, as in HAMi).
-pub fn register_build_info(registry: &mut Registry) {
-    registry.register_collector(Box::new(BuildInfo));
-}
-
-#[derive(Debug)]
-struct BuildInfo;
-
-fn platform() -> String {
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => other,
-    };
-    format!("{}/{arch}", std::env::consts::OS)
-}
-
-impl Collector for BuildInfo {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Encoded {
-        let mut metric = encoder.encode_descriptor(
-            "hami_build_info",
-            "A metric with a constant '1' value labeled by version, revision, build_date, go_version, compiler and platform",
-            None,
-            MetricType::Gauge,
-        )?;
-        let platform = platform();
-        let l = [
-            ("version", env!("CARGO_PKG_VERSION")),
-            (
-                "revision",
-                option_env!("HAMI_REVISION").unwrap_or("unknown"),
-            ),
-            (
-                "build_date",
-                option_env!("HAMI_BUILD_DATE").unwrap_or("unknown"),
-            ),
-            // Not a Go build; the label stays for dashboards that group by it.
-            ("go_version", ""),
-            ("compiler", "rustc"),
-            ("platform", platform.as_str()),
-        ];
-        ConstGauge::new(1i64).encode(metric.encode_family(&l)?)
     }
 }

@@ -125,7 +125,7 @@ pub fn start(
         settings.node.clone(),
         settings.legacy_metrics,
     );
-    metrics::register_build_info(&mut registry);
+    hami_server::build_info::register_build_info(&mut registry);
     let admin = AdminState {
         readiness: readiness.clone(),
         registry: Arc::new(registry),

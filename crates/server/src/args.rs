@@ -140,10 +140,56 @@ pub struct ClientArgs {
     pub kubeconfig: Option<PathBuf>,
 }
 
+/// HAMi's switches for the optional device families: `--enable-ascend`
+/// (`ENABLE_ASCEND`) and `--enable-iluvatar` (`ENABLE_ILUVATAR`). Every other family of
+/// the device config is always scheduled (`docs/vendors.md`). Like HAMi's Go flags, a
+/// bare switch means true and `=false` is accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Args)]
+pub struct VendorArgs {
+    /// Schedule Huawei Ascend NPUs (the `vnpus` section of the device config).
+    #[arg(long = "enable-ascend", env = "ENABLE_ASCEND", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_ascend: bool,
+    /// Schedule Iluvatar GPUs (the `iluvatars` section of the device config).
+    #[arg(long = "enable-iluvatar", env = "ENABLE_ILUVATAR", default_value_t = false,
+          num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub enable_iluvatar: bool,
+}
+
+impl VendorArgs {
+    /// The switches as the vendor registry reads them.
+    pub fn switches(&self) -> hami_core::config::VendorSwitches {
+        hami_core::config::VendorSwitches {
+            ascend: self.enable_ascend,
+            iluvatar: self.enable_iluvatar,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::{CommandFactory, Parser, Subcommand};
+
+    #[derive(Debug, Parser)]
+    struct Vendors {
+        #[command(flatten)]
+        vendors: VendorArgs,
+    }
+
+    #[test]
+    fn vendor_switches_parse_like_go_bool_flags() {
+        let v = |args: &[&str]| {
+            Vendors::try_parse_from(std::iter::once("x").chain(args.iter().copied()))
+                .map(|p| p.vendors.switches())
+        };
+        let s = v(&[]).unwrap();
+        assert!(!s.ascend && !s.iluvatar);
+        let s = v(&["--enable-ascend", "--enable-iluvatar=true"]).unwrap();
+        assert!(s.ascend && s.iluvatar);
+        assert!(!v(&["--enable-ascend=false"]).unwrap().ascend);
+        assert!(v(&["--enable-ascend=maybe"]).is_err());
+    }
 
     type Admin = WebhookAdminAddress;
 

@@ -74,6 +74,43 @@ pub fn parse_go_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(total).map_err(|_| err("out of range"))
 }
 
+/// Writes a duration as Go's `time.Duration.String` does (`5m0s`, `1h30m0s`, `1.5s`,
+/// `300ms`, `0s`): how HAMi's messages show durations, so texts operators grep for match.
+pub fn format_go_duration(d: Duration) -> String {
+    const SECOND: u128 = 1_000_000_000;
+    let nanos = d.as_nanos();
+    if nanos == 0 {
+        return "0s".into();
+    }
+    if nanos < SECOND {
+        let (unit, scale) = match nanos {
+            n if n < 1_000 => ("ns", 1),
+            n if n < 1_000_000 => ("µs", 1_000),
+            _ => ("ms", 1_000_000),
+        };
+        return format!("{}{unit}", decimal(nanos, scale));
+    }
+    let whole = nanos / SECOND;
+    let (h, m) = (whole / 3600, (whole % 3600) / 60);
+    let secs = decimal((whole % 60) * SECOND + nanos % SECOND, SECOND);
+    match (h, m) {
+        (0, 0) => format!("{secs}s"),
+        (0, m) => format!("{m}m{secs}s"),
+        (h, m) => format!("{h}h{m}m{secs}s"),
+    }
+}
+
+/// `value / scale` with the fraction's trailing zeros dropped, as Go prints durations.
+fn decimal(value: u128, scale: u128) -> String {
+    let (int, frac) = (value / scale, value % scale);
+    if frac == 0 {
+        return int.to_string();
+    }
+    let width = scale.to_string().len() - 1;
+    let digits = format!("{frac:0width$}");
+    format!("{int}.{}", digits.trim_end_matches('0'))
+}
+
 /// Parses a listen address as Go's `net.Listen` takes it: `host:port`, `:port` (all
 /// interfaces), or `[v6]:port`; host names are resolved.
 pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
@@ -97,6 +134,29 @@ pub fn parse_listen_addr(text: &str) -> Result<SocketAddr, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Go's `time.Duration.String` outputs.
+    #[test]
+    fn durations_print_as_go_prints_them() {
+        for (d, want) in [
+            (Duration::ZERO, "0s"),
+            (Duration::from_secs(300), "5m0s"),
+            (Duration::from_secs(90), "1m30s"),
+            (Duration::from_secs(5400), "1h30m0s"),
+            (Duration::from_secs(7200), "2h0m0s"),
+            (Duration::from_millis(1500), "1.5s"),
+            (Duration::from_millis(300), "300ms"),
+            (Duration::from_micros(1500), "1.5ms"),
+            (Duration::from_nanos(2500), "2.5µs"),
+            (Duration::from_nanos(7), "7ns"),
+            (Duration::from_secs(28), "28s"),
+        ] {
+            assert_eq!(format_go_duration(d), want, "{d:?}");
+            if d >= Duration::from_secs(1) {
+                assert_eq!(parse_go_duration(want), Ok(d), "{want}");
+            }
+        }
+    }
 
     #[test]
     fn go_durations() {

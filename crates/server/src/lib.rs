@@ -9,7 +9,8 @@
 //!   groups every binary flattens (logging, admin listener, Kubernetes client).
 //! - [`device_config`]: HAMi's `device-config.yaml` read from a file, for every binary.
 //! - [`respond`]: small JSON/text response helpers.
-//! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`).
+//! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`); [`build_info`]: HAMi's
+//!   `hami_build_info` series.
 //! - [`listener::Relistener`]: a bound socket a supervised server is started again on.
 //! - [`trace::init_tracing`]: text or JSON logs; [`pod_span!`]: the span every call
 //!   made for one pod runs in (`pod.namespace`, `pod.name`, `pod.uid`).
@@ -22,6 +23,7 @@
 pub mod admin;
 pub mod args;
 pub mod body;
+pub mod build_info;
 pub mod certcheck;
 pub mod device_config;
 pub mod flags;

@@ -29,8 +29,8 @@ fn no_file_means_the_chart_defaults() {
 
 #[test]
 fn hami_chart_default_file_loads_as_our_defaults() {
-    // HAMi's chart renders every vendor's section; only nvidia is read, and its chart
-    // values are the built-in defaults, so the two agree key for key.
+    // HAMi's chart renders every vendor's section; the chart values are the built-in
+    // defaults, so the two agree key for key.
     let cfg = load_device_config(Some(&data("hami-chart-device-config.yaml"))).unwrap();
     assert_eq!(cfg, DeviceConfig::default());
     assert_eq!(cfg.nvidia.lib_cuda_log_level, "1");

@@ -136,6 +136,7 @@ impl GpuNode {
                 mode: "hami-core".into(),
                 health: !self.unhealthy.contains(&i),
                 mig_profiles: Vec::new(),
+                custom_info: Default::default(),
             })
             .collect()
     }
@@ -478,6 +479,15 @@ impl Cluster {
 
     /// Creates one GPU node.
     pub fn add_node(&self, node: &GpuNode) -> Result<Value, ApiError> {
+        self.store()
+            .create(&resources::NODES, None, node.to_object())
+    }
+
+    /// Creates a node of any device family ([`crate::vendor_node::VendorNode`]).
+    pub fn add_vendor_node(
+        &self,
+        node: &crate::vendor_node::VendorNode,
+    ) -> Result<Value, ApiError> {
         self.store()
             .create(&resources::NODES, None, node.to_object())
     }

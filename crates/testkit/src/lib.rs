@@ -28,6 +28,7 @@ pub mod selectors;
 pub mod status;
 pub mod store;
 pub mod table;
+pub mod vendor_node;
 mod watch;
 
 pub use admission::Services;

@@ -80,6 +80,7 @@ async fn start_hami_webhook(t: &Tls) -> (SocketAddr, CancellationToken) {
             body_limit: 3 * 1024 * 1024,
             certificate_check: hami_webhook::run::CERTIFICATE_CHECK,
             restart: hami_server::supervise::RestartPolicy::default(),
+            quota_client: None,
         },
         shutdown.clone(),
     ));

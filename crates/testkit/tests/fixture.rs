@@ -118,6 +118,7 @@ async fn install_webhook(cluster: &Cluster) -> Webhook {
             body_limit: 1 << 20,
             certificate_check: hami_webhook::run::CERTIFICATE_CHECK,
             restart: hami_server::supervise::RestartPolicy::default(),
+            quota_client: None,
         },
         stop.clone(),
     ));

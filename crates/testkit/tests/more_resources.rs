@@ -1,4 +1,4 @@
-//! Secrets, ConfigMaps, Services, ServiceAccounts and
+//! Secrets, ConfigMaps, Services, ServiceAccounts, ResourceQuotas and
 //! MutatingWebhookConfigurations through the real `kube::Client`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,7 +8,9 @@ use futures::{StreamExt, TryStreamExt};
 use hami_testkit::ApiServer;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Namespace, ResourceQuota, Secret, Service, ServiceAccount,
+};
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
@@ -138,6 +140,88 @@ async fn configmaps_patch_in_three_forms_and_watch() {
         kinds,
         ["ADDED", "MODIFIED", "MODIFIED", "MODIFIED", "DELETED"]
     );
+}
+
+/// ResourceQuotas are served like kube-apiserver serves them: namespaced, listed across
+/// namespaces, and watched through kube's watcher the way hami-scheduler watches them
+/// (list, then watch: added, updated, deleted).
+#[tokio::test]
+async fn resourcequotas_list_and_watch_across_namespaces() {
+    use kube::runtime::watcher::{self, Event};
+    let server = ApiServer::start().await.unwrap();
+    let c = client(&server);
+    let quota = |ns: &str, mem: &str| -> ResourceQuota {
+        serde_json::from_value(json!({
+            "metadata": {"name": "gpu", "namespace": ns},
+            "spec": {"hard": {"limits.nvidia.com/gpumem": mem}},
+        }))
+        .unwrap()
+    };
+    let namespaces: Api<Namespace> = Api::all(c.clone());
+    for ns in ["team-a", "team-b"] {
+        let n: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+        namespaces.create(&PostParams::default(), &n).await.unwrap();
+    }
+    let team_a: Api<ResourceQuota> = Api::namespaced(c.clone(), "team-a");
+    team_a
+        .create(&PostParams::default(), &quota("team-a", "8000"))
+        .await
+        .unwrap();
+    let all: Api<ResourceQuota> = Api::all(c.clone());
+    let mut events = watcher::watcher(all.clone(), watcher::Config::default()).boxed();
+    // The initial list.
+    let mut listed = Vec::new();
+    loop {
+        match events.try_next().await.unwrap().unwrap() {
+            Event::Init => {}
+            Event::InitApply(q) => listed.push(q.metadata.namespace.unwrap()),
+            Event::InitDone => break,
+            other => panic!("unexpected {other:?} during the list"),
+        }
+    }
+    assert_eq!(listed, ["team-a"]);
+    // Then changes in any namespace.
+    let team_b: Api<ResourceQuota> = Api::namespaced(c.clone(), "team-b");
+    team_b
+        .create(&PostParams::default(), &quota("team-b", "100"))
+        .await
+        .unwrap();
+    team_a
+        .patch(
+            "gpu",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hard": {"limits.nvidia.com/gpumem": "9000"}}})),
+        )
+        .await
+        .unwrap();
+    team_b
+        .delete("gpu", &DeleteParams::default())
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.len() < 3 {
+        match events.try_next().await.unwrap().unwrap() {
+            Event::Apply(q) => {
+                let hard = q.spec.unwrap().hard.unwrap();
+                seen.push(format!(
+                    "apply {}={}",
+                    q.metadata.namespace.unwrap(),
+                    hard["limits.nvidia.com/gpumem"].0
+                ));
+            }
+            Event::Delete(q) => seen.push(format!("delete {}", q.metadata.namespace.unwrap())),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        ["apply team-b=100", "apply team-a=9000", "delete team-b"]
+    );
+    assert_eq!(
+        all.list(&ListParams::default()).await.unwrap().items.len(),
+        1
+    );
+    assert_eq!(code(team_b.get("gpu").await.unwrap_err()), 404);
 }
 
 #[tokio::test]

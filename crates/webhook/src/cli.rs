@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
-use hami_server::args::{AdminArgs, LogArgs, WebhookAdminAddress};
+use hami_server::args::{AdminArgs, ClientArgs, LogArgs, WebhookAdminAddress};
 
 use crate::handler::DEFAULT_BODY_LIMIT;
 use crate::rules::OwnedAnnotationPolicy;
@@ -21,8 +21,9 @@ use crate::rules::OwnedAnnotationPolicy;
         resources it sets spec.schedulerName, fills in HAMi's defaults (GPU count when only \
         memory/cores are asked, exclusive cores for whole-card requests, CUDA_TASK_PRIORITY, \
         GPU_CORE_UTILIZATION_POLICY), and refuses pods with privileged containers, a preset \
-        spec.nodeName, invalid device quantities or scheduler-owned annotations \
-        (hami.io/vgpu-node, hami.io/*-devices-allocated, hami.io/bind-phase, ...). \
+        spec.nodeName, invalid device quantities, scheduler-owned annotations \
+        (hami.io/vgpu-node, hami.io/*-devices-allocated, hami.io/bind-phase, ...) or \
+        device requests above their namespace's ResourceQuota (watched from the API server). \
         The certificate and key files are re-read when they change. An admin port serves \
         /livez, /readyz and /metrics.\n\n\
         `hami-webhook certgen` creates the CA and serving certificate, stores them in a \
@@ -80,6 +81,9 @@ pub struct ServeArgs {
     #[arg(long, env = "DEVICE_CONFIG_FILE")]
     pub device_config_file: Option<PathBuf>,
 
+    #[command(flatten)]
+    pub vendors: hami_server::args::VendorArgs,
+
     /// Take over pods whose spec.schedulerName is `default-scheduler` (what the API
     /// server fills in when a pod names none). Pods of other named schedulers are
     /// always left alone.
@@ -99,6 +103,15 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes (larger ones get 413).
     #[arg(long, env = "MAX_BODY_BYTES", default_value_t = DEFAULT_BODY_LIMIT)]
     pub max_body_bytes: usize,
+
+    /// Refuse pods that alone ask for more than their namespace's ResourceQuota on
+    /// device memory or cores (`limits.nvidia.com/gpumem`, ...), as HAMi's webhook does.
+    /// The webhook then watches resourcequotas (get, list, watch).
+    #[arg(long, env = "QUOTA_CHECK", default_value_t = true, action = ArgAction::Set)]
+    pub quota_check: bool,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// Flags of `certgen`.

@@ -119,13 +119,19 @@ impl Webhook {
                 "admission request carries no object",
             );
         };
-        let pod: Pod = match serde_json::from_value(object) {
+        let mut pod: Pod = match serde_json::from_value(object) {
             Ok(p) => p,
             Err(e) => {
                 let msg = format!("object is not a valid Pod: {e}");
                 return self.refuse(review, 400, "BadRequest", "invalid_object", &msg);
             }
         };
+        // A pod created with a namespace in the URL only: the review says which.
+        if pod.metadata.namespace.as_deref().is_none_or(str::is_empty)
+            && !review.namespace().is_empty()
+        {
+            pod.metadata.namespace = Some(review.namespace().to_string());
+        }
         match self.rules.review(&pod) {
             Verdict::Skip { reason } => {
                 tracing::info!(pod = %subject, result = "skipped", %reason, "admitted unchanged");

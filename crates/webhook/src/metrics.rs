@@ -1,10 +1,15 @@
-//! Webhook metrics: reviews by result (and the rule that denied), and latency.
+//! Webhook metrics: reviews by result (and the rule that denied), latency, and whether
+//! the quota rule has the namespaces' limits yet.
 
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use hami_k8s::quotas::QuotaCache;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -73,5 +78,38 @@ impl Metrics {
     pub fn observe(&self, outcome: Outcome, elapsed: Duration) {
         self.requests.get_or_create(&outcome.labels()).inc();
         self.duration.observe(elapsed.as_secs_f64());
+    }
+}
+
+/// Registers `hami_webhook_resource_quotas_synced` and
+/// `hami_webhook_resource_quota_limits`: whether the quota rule has listed the
+/// ResourceQuotas yet (before that, it refuses nothing), and how many limits it knows.
+pub fn register_quota_state(registry: &mut Registry, quotas: QuotaCache) {
+    registry.register_collector(Box::new(QuotaState(quotas)));
+}
+
+#[derive(Debug)]
+struct QuotaState(QuotaCache);
+
+impl Collector for QuotaState {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let synced = i64::from(self.0.synced());
+        let limits = self.0.read().limits().count() as i64;
+        for (name, help, value) in [
+            (
+                "hami_webhook_resource_quotas_synced",
+                "1 once the quota rule has listed every ResourceQuota",
+                synced,
+            ),
+            (
+                "hami_webhook_resource_quota_limits",
+                "Namespace limits on device resources the quota rule knows",
+                limits,
+            ),
+        ] {
+            let metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            ConstGauge::new(value).encode(metric)?;
+        }
+        Ok(())
     }
 }

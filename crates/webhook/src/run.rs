@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_core::config::DeviceConfig;
+use hami_k8s::quotas::QuotaCache;
 use hami_server::admin::{AdminState, Readiness};
 use hami_server::certcheck::watch_certificate;
 use hami_server::device_config::load_device_config;
@@ -34,6 +35,8 @@ pub enum RunError {
     #[error(transparent)]
     Tls(#[from] hami_server::tls::TlsError),
     #[error(transparent)]
+    Client(#[from] hami_k8s::client::ClientError),
+    #[error(transparent)]
     Listener(#[from] TakeOverError),
     #[error(transparent)]
     GaveUp(#[from] GaveUp),
@@ -54,7 +57,6 @@ pub fn rule_config(args: &ServeArgs, devices: DeviceConfig) -> RuleConfig {
 }
 
 /// Everything the service needs, already bound: tests pass 127.0.0.1:0 listeners.
-#[derive(Debug)]
 pub struct Service {
     pub listener: TcpListener,
     pub admin_listener: TcpListener,
@@ -65,12 +67,34 @@ pub struct Service {
     pub certificate_check: Duration,
     /// When a task that stopped is started again, and when the process gives up.
     pub restart: RestartPolicy,
+    /// Where to watch ResourceQuotas from, for the quota rule; `None`: no quota rule.
+    pub quota_client: Option<kube::Client>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("listener", &self.listener)
+            .field("tls", &self.tls)
+            .field("rules", &self.rules)
+            .field("quota_check", &self.quota_client.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Serves until `shutdown` is cancelled, or until a task keeps failing.
 pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<(), RunError> {
     let mut registry = Registry::default();
     let metrics = Metrics::register(&mut registry);
+    let mut rules = Rules::new(svc.rules);
+    let quota_watch = svc.quota_client.map(|client| {
+        let quotas = QuotaCache::new(rules.registry());
+        crate::metrics::register_quota_state(&mut registry, quotas.clone());
+        (client, quotas)
+    });
+    if let Some((_, quotas)) = &quota_watch {
+        rules = rules.with_quotas(quotas.clone());
+    }
     let readiness = Readiness::not_ready("loading TLS certificate");
     let admin = AdminState {
         readiness: readiness.clone(),
@@ -80,9 +104,16 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
         // Refuse to start (and to report ready) with an unusable pair.
         hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
     }
-    let webhook = Webhook::new(Rules::new(svc.rules), metrics, svc.body_limit);
+    let webhook = Webhook::new(rules, metrics, svc.body_limit);
     let mut sup = Supervisor::new(readiness.clone(), shutdown, svc.restart);
     supervise_admin(&mut sup, Relistener::new(svc.admin_listener)?, admin);
+    if let Some((client, quotas)) = quota_watch {
+        // Until listed, the scheduler alone enforces quotas (readiness does not wait:
+        // the webhook must keep admitting pods).
+        sup.spawn("resourcequota watch", move |stop| {
+            quotas.clone().watch(client.clone(), || {}, stop)
+        });
+    }
     let listener = Relistener::new(svc.listener)?;
     let (tls, handler) = (svc.tls.clone(), webhook.into_handler());
     sup.spawn("webhook server", move |stop| {
@@ -108,7 +139,8 @@ pub async fn serve_service(svc: Service, shutdown: CancellationToken) -> Result<
 
 /// Binds the flags' addresses and serves until `shutdown`.
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), RunError> {
-    let devices = load_device_config(args.device_config_file.as_deref())?;
+    let devices = load_device_config(args.device_config_file.as_deref())?
+        .with_switches(args.vendors.switches());
     let rules = rule_config(&args, devices);
     let tls = if args.insecure_plain_http {
         tracing::warn!("serving plain HTTP: kube-apiserver will not call this endpoint");
@@ -127,6 +159,11 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
                 source,
             })
     };
+    let quota_client = if args.quota_check {
+        Some(hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?)
+    } else {
+        None
+    };
     let listener = bind(args.bind_address).await?;
     let admin_listener = bind(args.admin.address).await?;
     tracing::info!(
@@ -134,6 +171,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
         overwrite_default_scheduler = rules.overwrite_default_scheduler,
         owned_annotations = ?rules.owned_annotations,
         deny_privileged = rules.deny_privileged,
+        quota_check = args.quota_check,
         admin = %args.admin.address,
         "hami-webhook starting"
     );
@@ -146,6 +184,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
             body_limit: args.max_body_bytes,
             certificate_check: CERTIFICATE_CHECK,
             restart: RestartPolicy::default(),
+            quota_client,
         },
         shutdown,
     )

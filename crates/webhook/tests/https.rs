@@ -73,6 +73,7 @@ async fn start(body_limit: usize) -> Running {
             body_limit,
             certificate_check: Duration::from_millis(50),
             restart: hami_server::supervise::RestartPolicy::default(),
+            quota_client: None,
         },
         shutdown.clone(),
     ));
@@ -343,6 +344,7 @@ async fn unusable_certificate_stops_startup_with_a_clear_error() {
             body_limit: 1024,
             certificate_check: hami_webhook::run::CERTIFICATE_CHECK,
             restart: hami_server::supervise::RestartPolicy::default(),
+            quota_client: None,
         },
         CancellationToken::new(),
     )

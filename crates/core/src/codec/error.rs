@@ -191,6 +191,14 @@ pub enum CodecError {
     )]
     WeightsAllZero { value: String },
 
+    // ---- vendor inventories ----
+    /// A node capacity a vendor derives its devices from is not a count.
+    #[error("node capacity {resource}={} is not a non-negative integer", quote(.value))]
+    Capacity { resource: String, value: String },
+    /// A vendor's inventory value is well-formed but unusable (the text says why).
+    #[error("{what}: {reason}")]
+    Inventory { what: String, reason: String },
+
     // ---- Go booleans (`strconv.ParseBool`) ----
     #[error("strconv.ParseBool: parsing {}: invalid syntax", quote(.input))]
     InvalidBool { input: String },

@@ -204,6 +204,21 @@ impl<'a> Entry<'a> {
         }
     }
 
+    /// An object field kept as raw JSON values (Go's `map[string]any`); absent or `null`
+    /// is empty, anything but an object is an error.
+    pub(crate) fn raw_object(
+        &self,
+        key: &str,
+    ) -> Result<std::collections::BTreeMap<String, Value>, CodecError> {
+        match self.get(key) {
+            None => Ok(Default::default()),
+            Some(Value::Object(map)) => {
+                Ok(map.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            }
+            Some(other) => Err(self.mismatch(key, "an object", other)),
+        }
+    }
+
     /// A string-keyed map of 64-bit integers; absent or `null` is empty.
     pub(crate) fn int_map(&self, key: &str) -> Result<Vec<(String, i64)>, CodecError> {
         let inner = self.object(key)?;
@@ -269,6 +284,16 @@ impl<'a> ObjectWriter<'a> {
     pub(crate) fn end(self) {
         self.out.push('}');
     }
+}
+
+/// Writes a map of raw JSON values as an object, keys in sorted order (as Go writes a map).
+pub(crate) fn write_raw_object(out: &mut String, map: &std::collections::BTreeMap<String, Value>) {
+    let mut obj = ObjectWriter::begin(out);
+    for (k, v) in map {
+        obj.key(k);
+        obj.out.push_str(&v.to_string());
+    }
+    obj.end();
 }
 
 /// Writes `items` as a JSON array, each element by `write_item`.

@@ -34,7 +34,7 @@ pub fn decode_node_register(value: &str) -> Result<Vec<DeviceInfo>, CodecError> 
 
 /// Decodes the JSON form with Go's leniency (missing or `null` keys are zero values, so a
 /// missing `health` means unhealthy; unknown keys such as `migtemplate`, `devicevendor` and
-/// `custominfo` are ignored) but without Go's silent wrap-around: a negative or oversized
+/// `devicepairscore` are ignored; `custominfo` is kept as it is) but without Go's silent wrap-around: a negative or oversized
 /// number is a [`CodecError::JsonField`] naming the entry and field.
 pub fn decode_node_register_json(value: &str) -> Result<Vec<DeviceInfo>, CodecError> {
     json::parse_array(WHAT, value)?
@@ -60,6 +60,7 @@ fn decode_json_device(entry: &Entry<'_>) -> Result<DeviceInfo, CodecError> {
             .iter()
             .map(decode_mig_profile)
             .collect::<Result<_, _>>()?,
+        custom_info: entry.raw_object("custominfo")?,
     })
 }
 
@@ -85,8 +86,9 @@ pub(crate) fn decode_mig_placement(entry: &Entry<'_>) -> Result<MigPlacement, Co
 }
 
 /// Encodes the JSON form byte for byte as HAMi's device plugin does: keys in the order
-/// `id,index,count,devmem,devcore,type,numa,mode,migProfiles,health`, every key omitted when
-/// it holds its zero value (Go `omitempty`), MIG profile keys always written.
+/// `id,index,count,devmem,devcore,type,numa,mode,migProfiles,health,custominfo`, every key
+/// omitted when it holds its zero value (Go `omitempty`), MIG profile keys always written,
+/// `custominfo` keys sorted as Go writes a map.
 ///
 /// Byte-exactness matters because plugins re-patch the node only when the text changes.
 pub fn encode_node_register_json(devices: &[DeviceInfo]) -> String {
@@ -130,6 +132,9 @@ fn write_json_device(out: &mut String, device: &DeviceInfo) {
     }
     if device.health {
         obj.bool("health", true);
+    }
+    if !device.custom_info.is_empty() {
+        json::write_raw_object(obj.nested("custominfo"), &device.custom_info);
     }
     obj.end();
 }
@@ -261,6 +266,7 @@ fn decode_legacy_device<'a>(
         mode,
         health,
         mig_profiles: Vec::new(),
+        custom_info: Default::default(),
     })
 }
 

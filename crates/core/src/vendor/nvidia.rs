@@ -1,17 +1,29 @@
 //! NVIDIA: resource names and request defaults from `device-config.yaml`, inventory in
-//! `hami.io/node-nvidia-register`.
-
-use std::collections::BTreeMap;
+//! `hami.io/node-nvidia-register`, admission rules of `docs/protocol.md#webhook` step 4.
 
 use k8s_openapi::api::core::v1::Container;
 
-use super::{ConstraintError, DeviceConstraints, Vendor};
+use super::admission::{Admission, non_negative, set_env, set_resource};
+use super::common::bounded;
+use super::{
+    Annotations, ConstraintError, DeviceConstraints, HealthRule, InventorySource, NodeView, Vendor,
+};
 use crate::annotations as keys;
 use crate::codec::selectors::{DeviceSelector, SelectorKeys};
 use crate::codec::{CodecError, decode_node_register, parse_go_bool};
 use crate::config::NvidiaConfig;
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
+use crate::quota::QuotaResources;
 use crate::request::{RequestError, integer_resource};
+
+/// HAMi-core reads the task priority from this variable.
+pub const TASK_PRIORITY_ENV: &str = "CUDA_TASK_PRIORITY";
+/// HAMi-core reads the core limit policy (`force`, `disable`) from this variable.
+pub const CORE_POLICY_ENV: &str = "GPU_CORE_UTILIZATION_POLICY";
+/// The NVIDIA container runtime hides every GPU when this is `none`.
+pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
+
+const DEFAULT_CORE_POLICY: &str = "default";
 
 /// The vendor key NVIDIA devices carry in pod device strings.
 pub const NVIDIA: &str = "NVIDIA";
@@ -52,25 +64,39 @@ impl Vendor for Nvidia {
         &self.cfg.resource_count_name
     }
 
-    fn register_annotation(&self) -> &str {
-        keys::NVIDIA_NODE_REGISTER
+    fn quota_resources(&self) -> QuotaResources {
+        let named = |n: &String| Some(n.clone()).filter(|n| !n.trim().is_empty());
+        QuotaResources {
+            memory: named(&self.cfg.resource_memory_name),
+            cores: named(&self.cfg.resource_core_name),
+            memory_factor: self.cfg.memory_factor,
+        }
     }
 
-    fn to_allocate_annotation(&self) -> &str {
-        keys::NVIDIA_DEVICES_TO_ALLOCATE
+    fn inventory_source(&self) -> InventorySource<'_> {
+        InventorySource::Annotation(keys::NVIDIA_NODE_REGISTER)
+    }
+
+    fn health_rule(&self) -> HealthRule<'_> {
+        HealthRule::Handshake(keys::NVIDIA_NODE_HANDSHAKE)
+    }
+
+    fn to_allocate_annotation(&self) -> Option<&str> {
+        Some(keys::NVIDIA_DEVICES_TO_ALLOCATE)
     }
 
     fn allocated_annotation(&self) -> &str {
         keys::NVIDIA_DEVICES_ALLOCATED
     }
 
-    fn handshake_annotation(&self) -> Option<&str> {
-        Some(keys::NVIDIA_NODE_HANDSHAKE)
+    fn pair_score_annotation(&self) -> Option<&str> {
+        Some(keys::NVIDIA_NODE_SCORE)
     }
 
     fn container_request(
         &self,
         c: &Container,
+        _pod_annotations: &Annotations,
     ) -> Result<Option<ContainerDeviceRequest>, RequestError> {
         let cfg = &self.cfg;
         let count = match integer_resource(c, &cfg.resource_count_name)? {
@@ -122,18 +148,15 @@ impl Vendor for Nvidia {
         }))
     }
 
-    fn decode_inventory(
-        &self,
-        node_annotations: &BTreeMap<String, String>,
-    ) -> Option<Result<Vec<DeviceInfo>, CodecError>> {
-        node_annotations
+    fn decode_inventory(&self, node: &NodeView<'_>) -> Option<Result<Vec<DeviceInfo>, CodecError>> {
+        node.annotations
             .get(keys::NVIDIA_NODE_REGISTER)
             .map(|v| decode_node_register(v))
     }
 
     fn pod_constraints(
         &self,
-        pod_annotations: &BTreeMap<String, String>,
+        pod_annotations: &Annotations,
     ) -> Result<DeviceConstraints, ConstraintError> {
         let selector = DeviceSelector::from_annotations(pod_annotations, &SelectorKeys::nvidia());
         let numa_bind = match pod_annotations.get(keys::NVIDIA_NUMA_BIND) {
@@ -152,6 +175,7 @@ impl Vendor for Nvidia {
             selector,
             numa_bind,
             mode_filter,
+            ..DeviceConstraints::default()
         })
     }
 
@@ -189,30 +213,90 @@ impl Vendor for Nvidia {
             }
         }
     }
+
+    /// Default GPU count, default exclusive cores, task priority and core policy
+    /// environment, hiding GPUs from containers that asked for none, and range checks.
+    fn mutate_admission(
+        &self,
+        c: &mut Container,
+        _pod_annotations: &Annotations,
+    ) -> Result<Admission, String> {
+        let cfg = &self.cfg;
+        let count = non_negative(c, &cfg.resource_count_name)?;
+        let memory = non_negative(c, &cfg.resource_memory_name)?;
+        let percentage = percent(c, &cfg.resource_memory_percentage_name)?;
+        let cores = percent(c, &cfg.resource_core_name)?;
+        let priority = non_negative(c, &cfg.resource_priority_name)?;
+
+        // The first resource (in a fixed order) that only makes sense with a GPU count.
+        let sizing = [
+            (&cfg.resource_memory_name, memory.is_some()),
+            (&cfg.resource_memory_percentage_name, percentage.is_some()),
+            (&cfg.resource_core_name, cores.is_some()),
+        ]
+        .into_iter()
+        .find(|(_, present)| *present)
+        .map(|(name, _)| name.clone());
+
+        let uses_gpu = match (count, &sizing) {
+            (Some(n), _) if n > 0 => true,
+            (Some(_), Some(resource)) => {
+                return Err(format!(
+                    "container {}: asks for {resource} but {} is 0; ask for at least one GPU or drop {resource}",
+                    c.name, cfg.resource_count_name
+                ));
+            }
+            (Some(_), None) => false,
+            (None, Some(resource)) => {
+                if cfg.default_gpu_num == 0 {
+                    return Err(format!(
+                        "container {}: asks for {resource} without {}, and defaultGPUNum is 0 so none can be assumed; set {}",
+                        c.name, cfg.resource_count_name, cfg.resource_count_name
+                    ));
+                }
+                set_resource(c, &cfg.resource_count_name, u64::from(cfg.default_gpu_num));
+                true
+            }
+            (None, None) => false,
+        };
+
+        // A container that takes a whole card's memory gets the whole card's compute, so
+        // no other task is packed onto a GPU whose memory it cannot use anyway.
+        let whole_memory = percentage == Some(100)
+            || (memory.is_none() && percentage.is_none() && cfg.default_memory == 0);
+        if uses_gpu && cores.is_none() && whole_memory {
+            set_resource(c, &cfg.resource_core_name, 100);
+        }
+
+        if let Some(p) = priority {
+            set_env(c, TASK_PRIORITY_ENV, &p.to_string());
+        }
+        if uses_gpu {
+            let policy = cfg.gpu_core_policy.trim();
+            if !policy.is_empty() && policy != DEFAULT_CORE_POLICY {
+                set_env(c, CORE_POLICY_ENV, policy);
+            }
+        } else if cfg.overwrite_env {
+            set_env(c, VISIBLE_DEVICES_ENV, "none");
+        }
+        let runtime_class = cfg.runtime_class_name.trim();
+        Ok(Admission {
+            uses: uses_gpu,
+            runtime_class: (uses_gpu && !runtime_class.is_empty())
+                .then(|| runtime_class.to_string()),
+        })
+    }
 }
 
-fn bounded(c: &Container, resource: &str, value: i64, max: i64) -> Result<u32, RequestError> {
-    if value < 0 {
-        return Err(RequestError::NotAnInteger {
-            container: c.name.clone(),
-            resource: resource.to_string(),
-            value: value.to_string(),
-        });
+/// An integer percentage of one GPU, 0 to 100.
+fn percent(c: &Container, resource: &str) -> Result<Option<i64>, String> {
+    match integer_resource(c, resource).map_err(|e| e.to_string())? {
+        Some(v) if !(0..=100).contains(&v) => Err(format!(
+            "container {}: resource {resource}={v} is outside 0-100 (a percentage of one GPU)",
+            c.name
+        )),
+        other => Ok(other),
     }
-    if value > max {
-        return Err(RequestError::TooLarge {
-            container: c.name.clone(),
-            resource: resource.to_string(),
-            value,
-            max,
-        });
-    }
-    u32::try_from(value).map_err(|_| RequestError::TooLarge {
-        container: c.name.clone(),
-        resource: resource.to_string(),
-        value,
-        max,
-    })
 }
 
 #[cfg(test)]
@@ -249,7 +333,7 @@ mod tests {
             device("NVIDIA H100", "mig"),
             device("NVIDIA-Tesla V100", "mps"),
         ];
-        let annotations = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        let annotations = |pairs: &[(&str, &str)]| -> Annotations {
             pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -270,7 +354,7 @@ mod tests {
                 }
             }
         }
-        let free = v.pod_constraints(&BTreeMap::new()).unwrap();
+        let free = v.pod_constraints(&Annotations::new()).unwrap();
         assert!(v.accepts_any_type(&request(NVIDIA), &free));
         assert!(!v.accepts_any_type(&request("MLU"), &free));
     }

@@ -30,6 +30,7 @@ pub fn gpu(id: &str, index: u32, mem: u32) -> DeviceInfo {
         mode: "hami-core".into(),
         health: true,
         mig_profiles: vec![],
+        custom_info: Default::default(),
     }
 }
 

@@ -29,10 +29,14 @@ use tokio::task::JoinHandle;
 #[derive(Debug, Clone)]
 pub struct Knobs {
     pub node_lock_wait: Duration,
+    pub node_lock_timeout: Duration,
     pub reservation_timeout: Duration,
     pub registry_interval: Duration,
     pub handshake_timeout: Duration,
     pub defaults: SchedulerDefaults,
+    /// `--enable-ascend`, `--enable-iluvatar`.
+    pub switches: hami_core::config::VendorSwitches,
+    pub legacy_metrics: bool,
     pub restart: RestartPolicy,
     /// Run as with `--leader-elect` (other replicas may bind too).
     pub leader_elect: bool,
@@ -42,10 +46,13 @@ impl Default for Knobs {
     fn default() -> Self {
         Knobs {
             node_lock_wait: Duration::from_secs(5),
+            node_lock_timeout: Duration::from_secs(300),
             reservation_timeout: Duration::from_secs(120),
             registry_interval: Duration::from_secs(15),
             handshake_timeout: Duration::from_secs(60),
             defaults: SchedulerDefaults::default(),
+            switches: Default::default(),
+            legacy_metrics: false,
             restart: RestartPolicy::default(),
             leader_elect: false,
         }
@@ -117,6 +124,7 @@ pub fn gpu(id: &str, index: u32, mem: u32) -> DeviceInfo {
         mode: "hami-core".into(),
         health: true,
         mig_profiles: vec![],
+        custom_info: Default::default(),
     }
 }
 
@@ -166,11 +174,11 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
         listener,
         admin_listener,
         tls: TlsConfig::None,
-        devices: DeviceConfig::default(),
+        devices: DeviceConfig::default().with_switches(knobs.switches),
         settings: Settings {
             scheduler_name: "hami-scheduler".into(),
             defaults: knobs.defaults.clone(),
-            node_lock_timeout: Duration::from_secs(300),
+            node_lock_timeout: knobs.node_lock_timeout,
             node_lock_wait: knobs.node_lock_wait,
             reservation_timeout: knobs.reservation_timeout,
             body_limit: 1024 * 1024,
@@ -184,6 +192,7 @@ pub async fn start_extender(client: Client, knobs: &Knobs) -> Extender {
             name: "hami-scheduler".into(),
             identity: "hami-scheduler-0".into(),
         }),
+        legacy_metrics: knobs.legacy_metrics,
         dedicated_http_thread: true,
         ui: true,
         admin_tls: TlsConfig::None,
@@ -216,13 +225,30 @@ async fn wait_ready(ext: &Extender) {
 impl Cluster {
     /// Nodes `(name, devices)` with allocatable GPUs, and an extender over them.
     pub async fn start(nodes: &[(&str, Vec<DeviceInfo>)], knobs: Knobs) -> Cluster {
+        let objects = nodes
+            .iter()
+            .map(|(name, devices)| node_object(name, devices, true));
+        Cluster::start_on(objects, knobs).await
+    }
+
+    /// Nodes of any device family, and an extender over them.
+    pub async fn start_vendor_nodes(
+        nodes: &[hami_testkit::vendor_node::VendorNode],
+        knobs: Knobs,
+    ) -> Cluster {
+        let objects = nodes
+            .iter()
+            .map(|node| serde_json::from_value(node.to_object()).unwrap());
+        Cluster::start_on(objects, knobs).await
+    }
+
+    /// These Node objects in a fresh API server, and an extender over them.
+    async fn start_on(nodes: impl Iterator<Item = Node>, knobs: Knobs) -> Cluster {
         let server = ApiServer::start().await.unwrap();
         let client = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
         let api: Api<Node> = Api::all(client.clone());
-        for (name, devices) in nodes {
-            api.create(&PostParams::default(), &node_object(name, devices, true))
-                .await
-                .unwrap();
+        for node in nodes {
+            api.create(&PostParams::default(), &node).await.unwrap();
         }
         let ext = start_extender(client.clone(), &knobs).await;
         Cluster {
@@ -230,6 +256,38 @@ impl Cluster {
             client,
             ext,
             knobs,
+        }
+    }
+
+    /// A node annotation, if set.
+    pub async fn node_annotation(&self, node: &str, key: &str) -> Option<String> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        api.get(node)
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .and_then(|a| a.get(key).cloned())
+    }
+
+    /// Waits (bounded) for an event about node `node` with `reason`.
+    pub async fn wait_node_event(&self, node: &str, reason: &str) -> Event {
+        let api: Api<Event> = Api::all(self.client.clone());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = api.list(&ListParams::default()).await.unwrap().items;
+            if let Some(e) = events.into_iter().find(|e| {
+                e.involved_object.kind.as_deref() == Some("Node")
+                    && e.involved_object.name.as_deref() == Some(node)
+                    && e.reason.as_deref() == Some(reason)
+            }) {
+                return e;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {reason} event for node {node}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -2,12 +2,13 @@
 //! tested without HTTP.
 
 pub mod container;
-pub mod nvidia;
 pub mod owned;
 
 use hami_core::config::DeviceConfig;
+use hami_core::quota::{LIMITS_PREFIX, NamespaceUse, pod_request};
 use hami_core::request::PodRequests;
 use hami_core::vendor::VendorRegistry;
+use hami_k8s::quotas::QuotaCache;
 use k8s_openapi::api::core::v1::Pod;
 
 /// The scheduler kube-apiserver fills in when a pod names none.
@@ -58,6 +59,7 @@ pub enum DenyRule {
     InvalidResource,
     Privileged,
     NodeName,
+    ResourceQuota,
 }
 
 impl DenyRule {
@@ -68,6 +70,7 @@ impl DenyRule {
             DenyRule::InvalidResource => "invalid_resource",
             DenyRule::Privileged => "privileged",
             DenyRule::NodeName => "node_name",
+            DenyRule::ResourceQuota => "resource_quota",
         }
     }
 
@@ -109,12 +112,30 @@ pub enum Verdict {
 pub struct Rules {
     cfg: RuleConfig,
     registry: VendorRegistry,
+    /// The namespaces' ResourceQuota limits, when the webhook watches them.
+    quotas: Option<QuotaCache>,
 }
 
 impl Rules {
     pub fn new(cfg: RuleConfig) -> Self {
         let registry = VendorRegistry::from_config(&cfg.devices);
-        Rules { cfg, registry }
+        Rules {
+            cfg,
+            registry,
+            quotas: None,
+        }
+    }
+
+    /// The vendors the rules read requests with.
+    pub fn registry(&self) -> &VendorRegistry {
+        &self.registry
+    }
+
+    /// Also refuses pods that alone exceed their namespace's quota on device resources
+    /// (`docs/protocol.md#webhook`), as the limits in `quotas` say once listed.
+    pub fn with_quotas(mut self, quotas: QuotaCache) -> Self {
+        self.quotas = Some(quotas);
+        self
     }
 
     pub fn config(&self) -> &RuleConfig {
@@ -180,17 +201,27 @@ impl Rules {
             };
         }
 
-        let nvidia = &self.cfg.devices.nvidia;
+        // Every vendor's rules on every container, init containers first
+        // (docs/vendors.md#admission).
+        let pod_annotations = pod.metadata.annotations.clone().unwrap_or_default();
         let containers = spec
             .init_containers
             .iter_mut()
             .flatten()
             .chain(spec.containers.iter_mut());
         let mut uses_gpu = false;
+        let mut runtime_class: Option<String> = None;
         for c in containers {
-            match nvidia::mutate_container(nvidia, c) {
-                Ok(u) => uses_gpu |= u,
-                Err(message) => return deny(DenyRule::InvalidResource, message),
+            for vendor in self.registry.vendors() {
+                match vendor.mutate_admission(c, &pod_annotations) {
+                    Ok(a) => {
+                        uses_gpu |= a.uses;
+                        if runtime_class.is_none() {
+                            runtime_class = a.runtime_class;
+                        }
+                    }
+                    Err(message) => return deny(DenyRule::InvalidResource, message),
+                }
             }
         }
 
@@ -222,9 +253,8 @@ impl Rules {
                     ),
                 );
             }
-            let runtime_class = nvidia.runtime_class_name.trim();
-            if uses_gpu && !runtime_class.is_empty() && spec.runtime_class_name.is_none() {
-                spec.runtime_class_name = Some(runtime_class.to_string());
+            if spec.runtime_class_name.is_none() {
+                spec.runtime_class_name = runtime_class;
             }
             if !self.cfg.scheduler_name.is_empty() {
                 spec.scheduler_name = Some(self.cfg.scheduler_name.clone());
@@ -238,12 +268,41 @@ impl Rules {
                     ),
                 );
             }
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            if let Some(message) = self.exceeds_quota(namespace, &requests) {
+                return deny(DenyRule::ResourceQuota, message);
+            }
         }
         Verdict::Admit {
             pod: Box::new(pod),
             managed,
             warnings,
         }
+    }
+
+    /// HAMi's quota pre-check: a pod that alone asks for more than its namespace's hard
+    /// limit can never be placed. What the namespace's other pods hold is the scheduler's
+    /// to judge (at /filter); before the limits are listed nothing is refused here.
+    fn exceeds_quota(&self, namespace: &str, requests: &PodRequests) -> Option<String> {
+        let quotas = self.quotas.as_ref().filter(|q| q.synced())?;
+        let book = quotas.read();
+        for key in requests.vendors() {
+            let Some(budget) = self
+                .registry
+                .get(key)
+                .and_then(|v| book.budget(namespace, v.as_ref(), NamespaceUse::default()))
+            else {
+                continue;
+            };
+            let asked = pod_request(requests, key);
+            if let Err(r) = budget.admit(asked.memory, asked.cores) {
+                return Some(format!(
+                    "exceeding resource quota: the pod asks for {} of {LIMITS_PREFIX}{}, above the hard limit {} of namespace {}",
+                    r.requested, r.resource, r.hard, r.namespace
+                ));
+            }
+        }
+        None
     }
 
     /// The other scheduler's name when the pod is not ours to handle.

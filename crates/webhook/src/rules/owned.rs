@@ -52,7 +52,7 @@ pub fn is_scheduler_owned(key: &str, registry: &VendorRegistry) -> bool {
     if registry
         .vendors()
         .iter()
-        .any(|v| v.to_allocate_annotation() == key || v.allocated_annotation() == key)
+        .any(|v| v.to_allocate_annotation() == Some(key) || v.allocated_annotation() == key)
     {
         return true;
     }

@@ -1,0 +1,149 @@
+//! Command line: every flag also reads an environment variable.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use hami_server::args::{AdminArgs, ClientArgs, DevicePluginAdminAddress, LogArgs};
+use hami_server::flags::{DURATION_HELP, parse_go_duration};
+
+/// The AMD device plugin of hami-rs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "hami-device-plugin-amd",
+    version,
+    subcommand_negates_reqs = true,
+    about = "AMD Instinct device plugin of hami-rs: shares GPUs between containers as HAMi does",
+    long_about = "AMD Instinct device plugin of hami-rs, wire-compatible with HAMi.\n\n\
+        Without a subcommand it serves the kubelet device plugin API on \
+        <device-plugin-path>/amd-gpu.sock and registers amd.com/gpu, advertising every GPU \
+        --split-count times. GPUs come from the KFD topology and amdgpu's PCI devices under \
+        --sysfs-root; their UUID, market name, VRAM and CU count from --gpu-facts. It \
+        publishes them in the node annotation hami.io/node-amd-register (JSON) for the \
+        scheduler, and on Allocate gives each container /dev/kfd, its GPUs' DRM nodes, \
+        HSA_CU_MASK (a first-fit choice of free compute units, recorded in the pod's \
+        hami.io/amd-cu-allocated), ROCR_VISIBLE_DEVICES, HIP_DEVICE_MEMORY_LIMIT and the \
+        libamvgpu.so audit library, then sets hami.io/bind-phase and releases the node lock \
+        once the pod's last container is done. It re-registers when kubelet restarts.\n\n\
+        `hami-device-plugin-amd discover` prints the GPUs and the register annotation this \
+        node would publish, as JSON, without contacting Kubernetes.",
+    after_help = DURATION_HELP
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    #[command(flatten)]
+    pub serve: ServeArgs,
+
+    #[command(flatten)]
+    pub log: LogArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Print the GPUs discovered and the register annotation as JSON, then exit.
+    Discover(NodeArgs),
+}
+
+/// Where the node's GPUs are read from.
+#[derive(Debug, Clone, Args)]
+pub struct NodeArgs {
+    /// Root of sysfs (KFD topology, amdgpu's PCI devices).
+    #[arg(long, env = "SYSFS_ROOT", default_value = "/sys")]
+    pub sysfs_root: PathBuf,
+
+    /// Root of the device nodes (kfd, dri/card*, dri/renderD*).
+    #[arg(long, env = "DEV_ROOT", default_value = "/dev")]
+    pub dev_root: PathBuf,
+
+    /// GPU facts the kernel does not expose, by PCI address (JSON:
+    /// {"0000:0c:00.0": {"uuid", "market_name", "vram_mib", "cu_count"}}), re-read on
+    /// every discovery.
+    #[arg(long, env = "GPU_FACTS", required = true)]
+    pub gpu_facts: Option<PathBuf>,
+
+    /// Replicas advertised per GPU (HAMi's AMD plugin: 10).
+    #[arg(long, env = "SPLIT_COUNT", default_value_t = crate::DEFAULT_SPLIT)]
+    pub split_count: u32,
+}
+
+/// Flags of the serving mode.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// This node's name (from the downward API).
+    #[arg(long, env = "NODE_NAME", required = true)]
+    pub node_name: Option<String>,
+
+    /// Kubelet's device plugin directory (holds kubelet.sock).
+    #[arg(
+        long,
+        env = "DEVICE_PLUGIN_PATH",
+        default_value = "/var/lib/kubelet/device-plugins"
+    )]
+    pub device_plugin_path: PathBuf,
+
+    /// Host directory holding vgpu/libamvgpu.so (HAMi's HOST_HOOK_PATH).
+    #[arg(long, env = "HOST_HOOK_PATH", default_value = "/usr/local")]
+    pub hook_path: PathBuf,
+
+    #[command(flatten)]
+    pub node: NodeArgs,
+
+    #[command(flatten)]
+    pub admin: AdminArgs<DevicePluginAdminAddress>,
+
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// How often the register annotation is checked against the node.
+    #[arg(long, env = "REGISTER_INTERVAL", default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub register_interval: Duration,
+
+    /// How often the GPUs are re-discovered (health: device nodes present).
+    #[arg(long, env = "HEALTH_INTERVAL", default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
+    pub health_interval: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::path::Path;
+
+    #[test]
+    fn cli_is_consistent_and_help_names_the_env_vars() {
+        Cli::command().debug_assert();
+        let help = Cli::command().render_long_help().to_string();
+        for env in [
+            "NODE_NAME",
+            "SYSFS_ROOT",
+            "DEV_ROOT",
+            "GPU_FACTS",
+            "HOST_HOOK_PATH",
+            "ADMIN_ADDRESS",
+        ] {
+            assert!(help.contains(&format!("[env: {env}")), "{env}: {help}");
+        }
+    }
+
+    #[test]
+    fn defaults_and_required_flags() {
+        let cli = Cli::try_parse_from(["x", "--node-name=n1", "--gpu-facts=f.json"]).unwrap();
+        let s = &cli.serve;
+        assert_eq!(s.node.sysfs_root, PathBuf::from("/sys"));
+        assert_eq!(s.node.dev_root, PathBuf::from("/dev"));
+        assert_eq!(s.node.split_count, 10);
+        assert_eq!(s.register_interval, Duration::from_secs(30));
+        assert_eq!(s.hook_path, PathBuf::from("/usr/local"));
+        let err = Cli::try_parse_from(["x", "--gpu-facts=f.json"]).unwrap_err();
+        assert!(err.to_string().contains("--node-name"), "{err}");
+        let cli =
+            Cli::try_parse_from(["x", "discover", "--gpu-facts=f.json", "--sysfs-root=/t/sys"])
+                .unwrap();
+        assert!(
+            matches!(cli.command, Some(Command::Discover(ref a)) if a.sysfs_root == Path::new("/t/sys"))
+        );
+        assert!(Cli::try_parse_from(["x", "discover"]).is_err());
+    }
+}

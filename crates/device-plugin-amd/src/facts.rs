@@ -1,0 +1,114 @@
+//! What the kernel's files do not say about an AMD GPU (`docs/vendors.md#amd-device-plugin`):
+//! AMD SMI's UUID and market name (by PCI address), libdrm's VRAM size and active CU
+//! count (by DRM card). Behind a trait so tests and the demo read them from a file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The library facts of one GPU.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuFacts {
+    /// AMD SMI's device UUID: the ID registered for the scheduler.
+    pub uuid: String,
+    /// AMD SMI's market name (`AMD Instinct MI300X`), registered as the type.
+    pub market_name: String,
+    /// VRAM in MiB (libdrm `AMDGPU_INFO_MEMORY.vram_size / 2^20`).
+    pub vram_mib: u64,
+    /// Active compute units (libdrm `cu_active_number`).
+    pub cu_count: u32,
+}
+
+/// Why the facts cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FactsError {
+    #[error("cannot read the GPU facts file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("GPU facts file {path} is malformed: {error}")]
+    Malformed { path: PathBuf, error: String },
+}
+
+/// A source of the facts, keyed by PCI address (`0000:19:00.0`).
+pub trait FactsSource: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    /// The facts of the GPU at `pci_bdf`; `None` when the library does not know it (the
+    /// GPU is then not registered).
+    fn facts(&self, pci_bdf: &str, card: u32) -> Result<Option<GpuFacts>, FactsError>;
+}
+
+/// Facts read from a JSON file `{"<pci bdf>": {"uuid", "market_name", "vram_mib",
+/// "cu_count"}}`, re-read on every discovery.
+#[derive(Debug, Clone)]
+pub struct FileFacts {
+    path: PathBuf,
+}
+
+impl FileFacts {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        FileFacts { path: path.into() }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn load(&self) -> Result<BTreeMap<String, GpuFacts>, FactsError> {
+        let text = std::fs::read_to_string(&self.path).map_err(|source| FactsError::Read {
+            path: self.path.clone(),
+            source,
+        })?;
+        serde_json::from_str(&text).map_err(|e| FactsError::Malformed {
+            path: self.path.clone(),
+            error: e.to_string(),
+        })
+    }
+}
+
+impl FactsSource for FileFacts {
+    fn name(&self) -> &str {
+        "file"
+    }
+
+    fn facts(&self, pci_bdf: &str, _card: u32) -> Result<Option<GpuFacts>, FactsError> {
+        Ok(self.load()?.remove(&pci_bdf.to_lowercase()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_facts_by_pci_address_and_clear_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("facts.json");
+        std::fs::write(
+            &path,
+            r#"{"0000:19:00.0":{"uuid":"u1","market_name":"AMD Instinct MI300X","vram_mib":196288,"cu_count":304}}"#,
+        )
+        .unwrap();
+        let f = FileFacts::new(&path);
+        assert_eq!(f.facts("0000:19:00.0", 1).unwrap().unwrap().cu_count, 304);
+        assert_eq!(f.facts("0000:1a:00.0", 2).unwrap(), None);
+        std::fs::write(&path, "{").unwrap();
+        assert!(
+            f.facts("0000:19:00.0", 1)
+                .unwrap_err()
+                .to_string()
+                .contains("malformed")
+        );
+        let missing = FileFacts::new(dir.path().join("none.json"));
+        assert!(
+            missing
+                .facts("x", 0)
+                .unwrap_err()
+                .to_string()
+                .contains("none.json")
+        );
+    }
+}

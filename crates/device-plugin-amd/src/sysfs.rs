@@ -1,0 +1,179 @@
+//! The kernel's view of AMD GPUs (`docs/vendors.md#amd-device-plugin`), read under a
+//! configurable root so tests use a fake tree:
+//!
+//! - KFD topology `class/kfd/kfd/topology/nodes/<n>/properties` (`<key> <value>` lines):
+//!   GPU nodes have `drm_render_minor > 0`; `unique_id` gives the ROCr UUID
+//!   (`GPU-%016x`), `domain` and `location_id` the PCI address.
+//! - amdgpu's PCI devices `module/amdgpu/drivers/pci:amdgpu/<dddd:bb:dd.f>`: `numa_node`
+//!   (required), `drm/card<N>`, `drm/renderD<M>`, the optional
+//!   `current_compute_partition` / `current_memory_partition`.
+//!
+//! A GPU is the PCI device whose renderD minor is a KFD GPU node.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Why the tree cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SysfsError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0} is missing: the amdgpu driver is not loaded")]
+    NoDriver(PathBuf),
+}
+
+/// One KFD GPU node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KfdNode {
+    pub node_id: u32,
+    pub render_minor: u32,
+    /// `GPU-%016x` of `unique_id`, what `ROCR_VISIBLE_DEVICES` takes.
+    pub rocr_uuid: String,
+    /// `dddd:bb:dd.0` from `domain` and `location_id`.
+    pub pci_bdf: String,
+}
+
+/// One amdgpu GPU as the kernel shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SysGpu {
+    /// PCI address, lower case (`0000:19:00.0`).
+    pub pci_bdf: String,
+    pub card: u32,
+    pub render: u32,
+    pub numa: i32,
+    pub rocr_uuid: String,
+    pub kfd_node: u32,
+    pub compute_partition: Option<String>,
+    pub memory_partition: Option<String>,
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SysfsError + '_ {
+    move |source| SysfsError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn read_dir_names(dir: &Path) -> Result<Vec<String>, SysfsError> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Parses a KFD `properties` file into its numeric keys (lines that are not
+/// `<key> <integer>` are skipped).
+pub fn parse_properties(text: &str) -> BTreeMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split_whitespace();
+            let key = it.next()?;
+            let value = it.next()?.parse().ok()?;
+            Some((key.to_string(), value))
+        })
+        .collect()
+}
+
+/// The KFD GPU nodes (CPU nodes skipped); a node with an unreadable or incomplete
+/// `properties` is skipped with a warning naming it.
+pub fn kfd_nodes(sysfs: &Path) -> Result<Vec<KfdNode>, SysfsError> {
+    let dir = sysfs.join("class/kfd/kfd/topology/nodes");
+    let mut out = Vec::new();
+    for name in read_dir_names(&dir)? {
+        let Ok(node_id) = name.parse::<u32>() else {
+            continue;
+        };
+        let path = dir.join(&name).join("properties");
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "KFD node skipped");
+                continue;
+            }
+        };
+        let p = parse_properties(&text);
+        let render = p.get("drm_render_minor").copied().unwrap_or(0);
+        if render == 0 {
+            continue;
+        }
+        let (Some(loc), Some(unique)) = (p.get("location_id"), p.get("unique_id")) else {
+            tracing::warn!(path = %path.display(), "KFD GPU node without location_id or unique_id skipped");
+            continue;
+        };
+        let domain = p.get("domain").copied().unwrap_or(0);
+        out.push(KfdNode {
+            node_id,
+            render_minor: u32::try_from(render).unwrap_or(u32::MAX),
+            rocr_uuid: format!("GPU-{unique:016x}"),
+            pci_bdf: format!(
+                "{domain:04x}:{:02x}:{:02x}.0",
+                (loc >> 8) & 0xff,
+                (loc >> 3) & 0x1f
+            ),
+        });
+    }
+    Ok(out)
+}
+
+fn minor(dir: &Path, prefix: &str) -> Option<u32> {
+    read_dir_names(dir)
+        .ok()?
+        .iter()
+        .find_map(|n| n.strip_prefix(prefix)?.parse().ok())
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_lowercase())
+        .filter(|s| !s.is_empty())
+}
+
+/// The GPUs: amdgpu PCI devices whose renderD is a KFD GPU node.
+pub fn gpus(sysfs: &Path) -> Result<Vec<SysGpu>, SysfsError> {
+    let drivers = sysfs.join("module/amdgpu/drivers/pci:amdgpu");
+    if !drivers.is_dir() {
+        return Err(SysfsError::NoDriver(drivers));
+    }
+    let kfd = kfd_nodes(sysfs)?;
+    let mut out = Vec::new();
+    for name in read_dir_names(&drivers)? {
+        let is_pci = name.len() >= 5
+            && name[..4].chars().all(|c| c.is_ascii_hexdigit())
+            && name.as_bytes()[4] == b':';
+        if !is_pci {
+            continue;
+        }
+        let dev = drivers.join(&name);
+        let Some(numa) = read_trimmed(&dev.join("numa_node")).and_then(|s| s.parse().ok()) else {
+            tracing::warn!(device = %name, "amdgpu device without a readable numa_node skipped");
+            continue;
+        };
+        let drm = dev.join("drm");
+        let (Some(card), Some(render)) = (minor(&drm, "card"), minor(&drm, "renderD")) else {
+            tracing::warn!(device = %name, "amdgpu device without drm/card* and drm/renderD* skipped");
+            continue;
+        };
+        let Some(node) = kfd.iter().find(|k| k.render_minor == render) else {
+            tracing::warn!(device = %name, render, "amdgpu device unknown to KFD skipped");
+            continue;
+        };
+        out.push(SysGpu {
+            pci_bdf: name.to_lowercase(),
+            card,
+            render,
+            numa,
+            rocr_uuid: node.rocr_uuid.clone(),
+            kfd_node: node.node_id,
+            compute_partition: read_trimmed(&dev.join("current_compute_partition")),
+            memory_partition: read_trimmed(&dev.join("current_memory_partition")),
+        });
+    }
+    Ok(out)
+}

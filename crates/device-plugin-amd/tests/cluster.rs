@@ -1,0 +1,357 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! The AMD plugin on an emulated node: API server emulator (real `kube` client), kubelet
+//! emulator (real gRPC over unix sockets), a fake MI300X tree.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
+use hami_device_plugin_amd::{AmdBackend, AmdHook, FileFacts, RESOURCE, Roots, fake_tree};
+use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
+use hami_testkit::ApiServer;
+use hami_testkit::kubelet::{Kubelet, KubeletOptions};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+const NODE: &str = "amd-node";
+const NS: &str = "default";
+const WAIT: Duration = Duration::from_secs(15);
+const TO_ALLOCATE: &str = "hami.io/amd-devices-to-allocate";
+const GPU0: &str = "8eff74b5-0000-1000-801b-b56457add000";
+const GPU1: &str = "8eff74b5-0000-1000-801b-b56457add001";
+const MODEL: &str = "AMD Instinct MI300X";
+
+struct Node_ {
+    _api: ApiServer,
+    client: kube::Client,
+    kubelet: Kubelet,
+    tree: tempfile::TempDir,
+    shutdown: CancellationToken,
+    status: watch::Receiver<PluginStatus>,
+    task: tokio::task::JoinHandle<Result<(), hami_device_plugin::PluginError>>,
+}
+
+/// The configuration the binary builds from its flags, on the emulator's directory.
+fn config(dir: &Path, hook: &Path) -> PluginConfig {
+    use clap::Parser;
+    let cli = hami_device_plugin_amd::cli::Cli::try_parse_from([
+        "hami-device-plugin-amd".to_string(),
+        format!("--node-name={NODE}"),
+        format!("--device-plugin-path={}", dir.display()),
+        format!("--hook-path={}", hook.display()),
+        "--gpu-facts=unused.json".into(),
+        "--register-interval=200ms".into(),
+    ])
+    .unwrap();
+    hami_device_plugin_amd::run::plugin_config(&cli.serve, NODE).unwrap()
+}
+
+async fn start() -> Node_ {
+    let api = ApiServer::start().await.unwrap();
+    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    let kubelet = Kubelet::start_with(KubeletOptions {
+        node_name: Some(NODE.into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let tree = tempfile::tempdir().unwrap();
+    fake_tree::write(tree.path(), &fake_tree::mi300x(2)).unwrap();
+    let roots = Roots {
+        sysfs: tree.path().join("sys"),
+        dev: tree.path().join("dev"),
+    };
+    let backend = Arc::new(AmdBackend::new(
+        roots.clone(),
+        Arc::new(FileFacts::new(tree.path().join("gpu-facts.json"))),
+        Duration::from_millis(100),
+    ));
+    let hook = Arc::new(AmdHook::new(
+        backend.catalog(),
+        tree.path().join("hook"),
+        roots.dev.clone(),
+    ));
+    let plugin = Plugin::new(
+        config(kubelet.dir(), &tree.path().join("hook")),
+        backend,
+        client.clone(),
+        Metrics::default(),
+    )
+    .unwrap()
+    .with_hook(hook);
+    let status = plugin.status();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(plugin.run(shutdown.clone()));
+    Node_ {
+        _api: api,
+        client,
+        kubelet,
+        tree,
+        shutdown,
+        status,
+        task,
+    }
+}
+
+impl Node_ {
+    async fn registered(&mut self, times: u64) {
+        let ok = tokio::time::timeout(
+            WAIT,
+            self.status
+                .wait_for(|s| s.registered && s.registrations >= times),
+        )
+        .await
+        .is_ok();
+        assert!(ok, "not registered {times}x: {:?}", *self.status.borrow());
+    }
+
+    async fn node_annotation(&self, key: &str) -> Option<String> {
+        let node = Api::<Node>::all(self.client.clone())
+            .get(NODE)
+            .await
+            .unwrap();
+        node.metadata
+            .annotations
+            .unwrap_or_default()
+            .get(key)
+            .cloned()
+    }
+
+    async fn annotations(&self, pod: &str) -> BTreeMap<String, String> {
+        Api::<Pod>::namespaced(self.client.clone(), NS)
+            .get(pod)
+            .await
+            .unwrap()
+            .metadata
+            .annotations
+            .unwrap_or_default()
+    }
+
+    /// A pod as the HAMi scheduler leaves it after Bind, with the node lock taken.
+    async fn scheduled(
+        &self,
+        name: &str,
+        containers: Value,
+        to_allocate: &str,
+        extra: Value,
+    ) -> Pod {
+        let mut ann = json!({
+            "hami.io/vgpu-node": NODE,
+            "hami.io/vgpu-time": "1767225600",
+            TO_ALLOCATE: to_allocate,
+            "hami.io/amd-devices-allocated": to_allocate,
+            "hami.io/bind-phase": "allocating",
+            "hami.io/bind-time": "1767225601",
+        });
+        if let (Some(a), Some(e)) = (ann.as_object_mut(), extra.as_object()) {
+            a.extend(e.clone());
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS, "annotations": ann},
+            "spec": {"nodeName": NODE, "containers": containers},
+        }))
+        .unwrap();
+        let pod = Api::<Pod>::namespaced(self.client.clone(), NS)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        hami_k8s::lock::try_acquire(
+            &self.client,
+            NODE,
+            NS,
+            name,
+            hami_k8s::lock::DEFAULT_LOCK_TIMEOUT,
+        )
+        .await
+        .unwrap();
+        pod
+    }
+}
+
+fn gpu_container(name: &str, gpus: u32) -> Value {
+    json!({"name": name, "image": "rocm", "resources": {"limits": {RESOURCE: gpus.to_string()}}})
+}
+
+fn env(r: &ContainerAllocateResponse) -> BTreeMap<&str, &str> {
+    r.envs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect()
+}
+
+fn dev(container: &str, host: &Path) -> DeviceSpec {
+    DeviceSpec {
+        container_path: container.into(),
+        host_path: host.display().to_string(),
+        permissions: "rw".into(),
+    }
+}
+
+#[tokio::test]
+async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last() {
+    let mut n = start().await;
+    n.registered(1).await;
+    assert!(n.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
+
+    // The register annotation: HAMi's AMD JSON entries.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let register = loop {
+        if let Some(v) = n.node_annotation("hami.io/node-amd-register").await {
+            break v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never registered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let entries: Value = serde_json::from_str(&register).unwrap();
+    assert_eq!(
+        entries,
+        json!([
+            {"id": GPU0, "index": 1, "count": 10, "devmem": 196288, "devcore": 304,
+             "type": MODEL, "health": true, "custominfo": {"pciBDF": "0000:0c:00.0"}},
+            {"id": GPU1, "index": 2, "count": 10, "devmem": 196288, "devcore": 304,
+             "type": MODEL, "numa": 1, "health": true, "custominfo": {"pciBDF": "0000:22:00.0"}},
+        ])
+    );
+    assert_eq!(n.node_annotation("hami.io/node-handshake").await, None);
+
+    // Two containers, one Allocate call each: the lock stays until the second.
+    let value =
+        format!("{GPU0},{MODEL},16384,76:{GPU1},{MODEL},16384,76:;{GPU0},{MODEL},8192,38:;");
+    let pod = n
+        .scheduled(
+            "train",
+            json!([gpu_container("a", 2), gpu_container("b", 1)]),
+            &value,
+            json!({}),
+        )
+        .await;
+    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let dev_root = n.tree.path().join("dev");
+    let a = &admitted.get("a", RESOURCE).unwrap().response;
+    assert_eq!(
+        env(a),
+        BTreeMap::from([
+            ("HSA_CU_MASK", "0:0-75;1:0-75"),
+            (
+                "ROCR_VISIBLE_DEVICES",
+                "GPU-1407000000000000,GPU-1407000000000001"
+            ),
+            ("HIP_DEVICE_MEMORY_LIMIT", "16384m"),
+            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
+        ])
+    );
+    assert_eq!(
+        a.devices,
+        [
+            dev("/dev/kfd", &dev_root.join("kfd")),
+            dev("/dev/dri/card1", &dev_root.join("dri/card1")),
+            dev("/dev/dri/renderD128", &dev_root.join("dri/renderD128")),
+            dev("/dev/dri/card2", &dev_root.join("dri/card2")),
+            dev("/dev/dri/renderD129", &dev_root.join("dri/renderD129")),
+        ]
+    );
+    assert_eq!(a.mounts.len(), 1);
+    assert_eq!(a.mounts[0].container_path, "/usr/local/vgpu/libamvgpu.so");
+    assert_eq!(
+        a.mounts[0].host_path,
+        n.tree
+            .path()
+            .join("hook/vgpu/libamvgpu.so")
+            .display()
+            .to_string()
+    );
+    assert!(a.mounts[0].read_only);
+    let b = &admitted.get("b", RESOURCE).unwrap().response;
+    assert_eq!(env(b)["HSA_CU_MASK"], "0:76-113", "after container a's CUs");
+    assert_eq!(env(b)["ROCR_VISIBLE_DEVICES"], "GPU-1407000000000000");
+    assert_eq!(env(b)["HIP_DEVICE_MEMORY_LIMIT"], "8192m");
+
+    let ann = n.annotations("train").await;
+    assert_eq!(ann[TO_ALLOCATE], ";;");
+    assert_eq!(
+        ann["hami.io/amd-devices-allocated"], value,
+        "the ledger is untouched"
+    );
+    assert_eq!(ann["hami.io/bind-phase"], "success");
+    assert_eq!(
+        ann["hami.io/amd-cu-allocated"],
+        format!(r#"{{"{GPU0}":"0-113","{GPU1}":"0-75"}}"#)
+    );
+    assert_eq!(n.node_annotation("hami.io/mutex.lock").await, None);
+
+    // The next pod's CUs are first-fit after what live pods hold.
+    let value = format!("{GPU1},{MODEL},4096,10:;");
+    let pod = n
+        .scheduled("infer", json!([gpu_container("c", 1)]), &value, json!({}))
+        .await;
+    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let c = &admitted.get("c", RESOURCE).unwrap().response;
+    assert_eq!(env(c)["HSA_CU_MASK"], "0:76-85");
+
+    n.shutdown.cancel();
+    tokio::time::timeout(WAIT, n.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers() {
+    let mut n = start().await;
+    n.registered(1).await;
+    assert!(n.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
+    // Two live pods claim the same CUs: the node's record cannot be trusted.
+    for name in ["old-1", "old-2"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": NS,
+                "annotations": {"hami.io/amd-cu-allocated": format!(r#"{{"{GPU0}":"0-9"}}"#)}},
+            "spec": {"nodeName": NODE, "containers": [{"name": "x", "image": "rocm"}]},
+        }))
+        .unwrap();
+        Api::<Pod>::namespaced(n.client.clone(), NS)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+    }
+    let value = format!("{GPU0},{MODEL},4096,10:;");
+    let pod = n
+        .scheduled("new", json!([gpu_container("c", 1)]), &value, json!({}))
+        .await;
+    let err = n.kubelet.admit(&pod).await.unwrap_err().to_string();
+    assert!(err.contains("CUs 0-9 are held by two pods"), "{err}");
+    let ann = n.annotations("new").await;
+    assert_eq!(ann["hami.io/bind-phase"], "failed");
+    assert!(!ann.contains_key("hami.io/amd-cu-allocated"));
+    assert_eq!(n.node_annotation("hami.io/mutex.lock").await, None);
+
+    // kubelet restarts: the plugin registers again and its devices come back.
+    n.kubelet.restart().await.unwrap();
+    n.registered(2).await;
+    assert!(n.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
+
+    // A render node disappears: that GPU's replicas turn unhealthy.
+    std::fs::remove_file(n.tree.path().join("dev/dri/renderD129")).unwrap();
+    assert!(n.kubelet.wait_for_healthy(RESOURCE, 10, WAIT).await);
+
+    n.shutdown.cancel();
+    tokio::time::timeout(WAIT, n.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        !n.kubelet.dir().join("amd-gpu.sock").exists(),
+        "socket removed on shutdown"
+    );
+}
