@@ -463,7 +463,7 @@ impl DemoCluster {
     /// Kills the webhook (see [`DemoCluster::kill_extender`]).
     pub async fn kill_webhook(&mut self) {
         if let Some(w) = self.webhook.take() {
-            w.kill().await;
+            w.running.kill().await;
         }
     }
 
