@@ -174,10 +174,11 @@ impl Agent {
         let mut status = status;
         status["metadata"] = json!({"uid": uid});
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        if let Err(e) = api
-            .patch_status(&name, &PatchParams::default(), &Patch::Strategic(&status))
-            .await
-        {
+        let what = format!("writing the status of {ns}/{name}");
+        let params = PatchParams::default();
+        let patch = Patch::Strategic(&status);
+        let written = retry_transient(&what, || api.patch_status(&name, &params, &patch)).await;
+        if let Err(e) = written {
             tracing::warn!(node = %self.node, pod = %format!("{ns}/{name}"), error = %e, "cannot write pod status");
         }
     }
@@ -192,13 +193,59 @@ impl Agent {
             }),
             ..DeleteParams::default()
         };
-        match api.delete(name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
+        let what = format!("finishing the deletion of {ns}/{name}");
+        match retry_transient(&what, || async {
+            match api.delete(name, &params).await {
+                // 409: the UID precondition failed only if the pod now is another one;
+                // an answer of 409 for this very pod (a lost race) is tried again.
+                Err(kube::Error::Api(e)) if e.code == 409 => match api.get_opt(name).await {
+                    Ok(Some(p)) if p.uid().as_deref() == Some(uid) => Err(kube::Error::Api(e)),
+                    Ok(_) => Ok(()),
+                    Err(get) => Err(get),
+                },
+                other => other.map(|_| ()),
+            }
+        })
+        .await
+        {
+            Ok(()) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(e) => {
                 tracing::warn!(node = %self.node, pod = %format!("{ns}/{name}"), error = %e, "cannot finish pod deletion")
             }
         }
+    }
+}
+
+/// Runs `call` again while it fails in a way a retry can fix (the API server's 5xx and
+/// 429, a conflict, a dropped connection), as kubelet's status manager keeps syncing until
+/// a write lands; bounded, so a pod whose successor took its name is given up on.
+async fn retry_transient<T, F, Fut>(what: &str, mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    const ATTEMPTS: u32 = 8;
+    let mut delay = Duration::from_millis(20);
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < ATTEMPTS && transient(&e) => {
+                tracing::debug!(%what, attempt, error = %e, "node agent: retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn transient(e: &kube::Error) -> bool {
+    match e {
+        kube::Error::Api(s) => s.code >= 500 || s.code == 409 || s.code == 429,
+        _ => true,
     }
 }
 

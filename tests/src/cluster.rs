@@ -193,8 +193,10 @@ impl DemoCluster {
             let mut n = EmulatedNode::create(&spec, node, cluster.dir.path(), &client).await?;
             n.start_agent(&cluster.new_client()?);
             n.start_plugin(&cluster.new_client()?).await?;
-            n.start_workload(&cluster.new_client()?, spec.timing.usage_interval);
-            n.start_monitor(&cluster.new_client()?, spec.timing.usage_interval)?;
+            if spec.usage_reporting {
+                n.start_workload(&cluster.new_client()?, spec.timing.usage_interval);
+                n.start_monitor(&cluster.new_client()?, spec.timing.usage_interval)?;
+            }
             cluster.nodes.push(n);
         }
         cluster.wait_nodes_allocatable().await?;
@@ -448,6 +450,21 @@ impl DemoCluster {
     pub async fn restart_extender(&mut self) -> Result<(), HarnessError> {
         self.stop_extender().await?;
         self.start_extender().await
+    }
+
+    /// Kills the extender the way `kill -9` does: no graceful shutdown, whatever it was
+    /// doing (a bind holding a node lock, a patch in flight) is dropped where it stands.
+    pub async fn kill_extender(&mut self) {
+        if let Some(e) = self.extender.take() {
+            e.running.kill().await;
+        }
+    }
+
+    /// Kills the webhook (see [`DemoCluster::kill_extender`]).
+    pub async fn kill_webhook(&mut self) {
+        if let Some(w) = self.webhook.take() {
+            w.running.kill().await;
+        }
     }
 
     fn start_scheduler(&mut self) -> Result<(), HarnessError> {

@@ -103,6 +103,19 @@ impl Running {
     }
 }
 
+impl Running {
+    /// Ends the component at once, as `kill -9` ends a process: its task is aborted
+    /// wherever it stands, then its stop token is cancelled so the tasks it spawned (its
+    /// connections, watches) end too, as they would with the process.
+    pub(crate) async fn kill(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let _ = task.await;
+        }
+        self.stop.cancel();
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         self.stop.cancel();

@@ -33,6 +33,7 @@
 //! ```
 
 mod agent;
+pub mod chaos;
 pub mod cluster;
 mod component;
 mod extender;

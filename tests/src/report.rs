@@ -129,7 +129,7 @@ fn terminal(pod: &Value) -> bool {
 }
 
 /// Names of the containers in annotation order: init containers, then app containers.
-fn container_specs(pod: &Value) -> Vec<&Value> {
+pub(crate) fn container_specs(pod: &Value) -> Vec<&Value> {
     let list = |key: &str| {
         pod.pointer(&format!("/spec/{key}"))
             .and_then(Value::as_array)
@@ -142,7 +142,7 @@ fn container_specs(pod: &Value) -> Vec<&Value> {
 }
 
 /// The devices the pod holds per container, in annotation order.
-fn allocated(pod: &Value) -> Result<Vec<Vec<DeviceUse>>, String> {
+pub(crate) fn allocated(pod: &Value) -> Result<Vec<Vec<DeviceUse>>, String> {
     let Some(value) = annotation(pod, keys::NVIDIA_DEVICES_ALLOCATED) else {
         return Ok(Vec::new());
     };
@@ -324,7 +324,7 @@ async fn warnings(cluster: &DemoCluster, namespace: &str, name: &str) -> Vec<Eve
 /// Every registered GPU with the usage of every bound, non-terminated pod, and the
 /// invariants that usage breaks. (An unbound pod's annotations are only a reservation,
 /// which the extender drops when the pod is filtered again or its bind fails.)
-fn gpu_usage(cluster: &DemoCluster) -> (Vec<GpuReport>, Vec<String>) {
+pub(crate) fn gpu_usage(cluster: &DemoCluster) -> (Vec<GpuReport>, Vec<String>) {
     let store = cluster.api().store();
     let mut violations = Vec::new();
     let mut gpus: Vec<GpuReport> = Vec::new();

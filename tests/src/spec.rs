@@ -128,6 +128,10 @@ pub struct ClusterSpec {
     /// HAMi's `device-config.yaml`, shared by the webhook, the extender and the plugins.
     pub devices: DeviceConfig,
     pub timing: Timing,
+    /// Whether each node runs the fake workload and the vGPU monitor (usage reporting);
+    /// the chaos run leaves them out: its invariants are about placement, and 100 nodes'
+    /// monitors would take the cores the components under test need.
+    pub usage_reporting: bool,
 }
 
 impl ClusterSpec {
@@ -137,6 +141,7 @@ impl ClusterSpec {
             scheduler_name: "hami-scheduler".into(),
             devices: DeviceConfig::default(),
             timing: Timing::default(),
+            usage_reporting: true,
         }
     }
 

@@ -66,6 +66,35 @@ enum Task {
         #[arg(long, env = "HAMI_DEMO_LOG")]
         log_level: Option<String>,
     },
+    /// Chaos at cluster scale on the demo cluster: pods of mixed shapes submitted at a
+    /// steady rate while API writes fail, pods are deleted at every stage (and re-created
+    /// under the same name), watches drop, history is compacted and every component
+    /// restarts (gracefully and killed). Prints a summary; exit status 1 on any violation
+    /// of the invariants, which are read from the API server's objects.
+    Chaos {
+        /// Pods to submit (the full run: 5,000).
+        #[arg(long, default_value_t = 5_000)]
+        pods: usize,
+        /// Nodes of 8 GPUs each (default: one per 50 pods).
+        #[arg(long)]
+        nodes: Option<usize>,
+        /// Seeds to run, one after the other (same seed, same draws).
+        #[arg(long = "seed", default_values_t = [1u64])]
+        seeds: Vec<u64>,
+        /// Pods submitted per second.
+        #[arg(long, default_value_t = 100.0)]
+        rate: f64,
+        /// Share (0 to 1) of API writes that fail.
+        #[arg(long, default_value_t = 0.05)]
+        fault_rate: f64,
+        /// Chaos events (deletions, restarts, watch drops) per second of submission.
+        #[arg(long, default_value_t = 2.0)]
+        events_per_second: f64,
+        /// Component logs on stderr (RUST_LOG syntax); RUST_LOG is used when unset, else
+        /// `error`.
+        #[arg(long, env = "HAMI_CHAOS_LOG")]
+        log_level: Option<String>,
+    },
     /// Benchmark /filter of the real hami-scheduler binary against the API server
     /// emulator with pre-filled caches. Prints one JSON object per scenario:
     /// scenario, nodes, gpus_per_node, pods, filter_p50_us, filter_p99_us, rss_mib, ...;
@@ -142,6 +171,15 @@ fn build_release(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
     Ok(target.join("release").join(bin))
 }
 
+/// Component logs on stderr: `log_level`, else RUST_LOG, else errors only.
+fn init_logs(log_level: Option<String>) -> anyhow::Result<()> {
+    let filter = log_level
+        .or_else(|| std::env::var("RUST_LOG").ok())
+        .unwrap_or_else(|| "error".into());
+    hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
+        .context("setting up logs")
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -151,12 +189,38 @@ async fn main() -> anyhow::Result<()> {
             ui,
             log_level,
         } => {
-            let filter = log_level
-                .or_else(|| std::env::var("RUST_LOG").ok())
-                .unwrap_or_else(|| "error".into());
-            hami_server::trace::init_tracing(hami_server::trace::LogFormat::Text, Some(&filter))
-                .context("setting up logs")?;
+            init_logs(log_level)?;
             if demo::run(json, ui).await? {
+                Ok(())
+            } else {
+                std::process::exit(1);
+            }
+        }
+        Task::Chaos {
+            pods,
+            nodes,
+            seeds,
+            rate,
+            fault_rate,
+            events_per_second,
+            log_level,
+        } => {
+            init_logs(log_level)?;
+            let mut ok = true;
+            for seed in seeds {
+                let spec = hami_e2e::chaos::ChaosSpec {
+                    pods,
+                    nodes: nodes.unwrap_or_else(|| pods.div_ceil(50).max(1)),
+                    rate,
+                    fault_rate,
+                    events_per_second,
+                    ..hami_e2e::chaos::ChaosSpec::full(seed)
+                };
+                let summary = hami_e2e::chaos::run(&spec).await?;
+                print!("{}", summary.render_text());
+                ok &= summary.ok();
+            }
+            if ok {
                 Ok(())
             } else {
                 std::process::exit(1);

@@ -1,0 +1,922 @@
+//! The chaos run behind `cargo xtask chaos` and its CI-sized test: many pods of mixed
+//! shapes submitted at a steady rate to a demo cluster of many nodes while API writes
+//! fail, pods are deleted at every stage (and re-created under the same name), watches
+//! drop and history is compacted, and the extender, the webhook, device plugins and
+//! kubelets restart (gracefully and killed). Everything is drawn from one seed.
+//!
+//! The invariants are checked from the API server's objects, never from the extender's
+//! memory: continuously, no GPU over its memory, compute or slots and no exclusive card
+//! shared, every bound pod's annotations naming its node; after quiescence, no node lock
+//! left, the extender's ledger equal to the bound pods' annotations (no reservation
+//! left), kubelet's allocations equal to the scheduler's, and every pod Running or
+//! Pending with a readable reason.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+use hami_core::annotations as keys;
+use hami_testkit::Fault;
+use hami_testkit::fixture::GpuPod;
+use hami_testkit::resources::{NODES, PODS};
+use hami_testkit::selectors::Selector;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng as StdRng;
+use serde_json::{Value, json};
+
+use crate::cluster::DemoCluster;
+use crate::component::HarnessError;
+use crate::report::{allocated, container_specs, gpu_usage};
+use crate::spec::{ClusterSpec, NodeSpec, Timing};
+
+/// The namespace of the chaos pods.
+const NAMESPACE: &str = "default";
+/// GPUs per node.
+const GPUS_PER_NODE: usize = 8;
+/// The verbs whose requests fail at `fault_rate`.
+const FAULTED_VERBS: [&str; 4] = ["create", "patch", "update", "delete"];
+
+/// How big and how hostile a run is.
+#[derive(Debug, Clone)]
+pub struct ChaosSpec {
+    pub nodes: usize,
+    pub pods: usize,
+    pub seed: u64,
+    /// Pods submitted per second.
+    pub rate: f64,
+    /// Share (0..=1) of API writes that fail.
+    pub fault_rate: f64,
+    /// Latency added to every API request.
+    pub latency: Duration,
+    /// Chaos events (deletions, restarts, watch drops) per second of submission.
+    pub events_per_second: f64,
+    /// How long the cluster may take to settle after the last pod and the last fault.
+    pub quiesce_timeout: Duration,
+}
+
+impl ChaosSpec {
+    /// The full run: 5,000 pods on 100 nodes × 8 GPUs.
+    pub fn full(seed: u64) -> Self {
+        Self {
+            nodes: 100,
+            pods: 5000,
+            seed,
+            rate: 100.0,
+            fault_rate: 0.05,
+            latency: Duration::from_millis(1),
+            events_per_second: 2.0,
+            quiesce_timeout: Duration::from_secs(180),
+        }
+    }
+
+    /// The size CI runs on 2 cores: 120 pods on 10 nodes × 8 GPUs, same mix and chaos.
+    /// Smaller than the 1,000 pods asked for: the kube-scheduler emulator binds one pod
+    /// at a time and each bind may wait for its node's lock until kubelet's Allocate
+    /// released it, which caps the emulated cluster at a few pods per second on two
+    /// shared cores.
+    pub fn ci(seed: u64) -> Self {
+        Self {
+            nodes: 10,
+            pods: 120,
+            rate: 4.0,
+            events_per_second: 0.5,
+            quiesce_timeout: Duration::from_secs(150),
+            ..Self::full(seed)
+        }
+    }
+
+    /// The demo cluster: mixed models (A100, T4, H100, A10), four GPUs per NUMA node.
+    pub fn cluster_spec(&self) -> ClusterSpec {
+        const MODELS: [(&str, u64); 4] = [
+            ("NVIDIA A100-SXM4-80GB", 81920),
+            ("Tesla T4", 15360),
+            ("NVIDIA H100 80GB HBM3", 81559),
+            ("NVIDIA A10", 23028),
+        ];
+        let nodes = (0..self.nodes)
+            .map(|i| {
+                let (model, mib) = MODELS[i % MODELS.len()];
+                NodeSpec::new(&format!("chaos-{i:03}")).gpus(model, mib, &[0, 0, 0, 0, 1, 1, 1, 1])
+            })
+            .collect();
+        let mut spec = ClusterSpec::new(nodes).timing(Timing {
+            max_backoff: Duration::from_secs(2),
+            ..Timing::fast()
+        });
+        spec.usage_reporting = false;
+        spec
+    }
+}
+
+/// The GPU model names a pod may select (`nvidia.com/use-gputype`).
+const TYPES: [&str; 4] = ["A100", "T4", "H100", "A10"];
+
+/// Pod `i` of the run: the shape is drawn from `rng`.
+fn draw_pod(rng: &mut StdRng, i: usize) -> (GpuPod, bool) {
+    let name = format!("chaos-{i:05}");
+    let mib = [500, 1000, 2000, 3000][rng.random_range(0..4)];
+    let cores = [0, 10, 20, 30][rng.random_range(0..4)];
+    let roll = rng.random_range(0..100);
+    let mut init = false;
+    let pod = match roll {
+        0..=44 => GpuPod::new(&name).gpus(1).gpumem(mib).gpucores(cores),
+        45..=59 => GpuPod::new(&name)
+            .gpus(1)
+            .gpumem_percentage([5, 10, 25][rng.random_range(0..3)])
+            .gpucores(10),
+        60..=62 => GpuPod::new(&name).gpus(1),
+        63..=69 => GpuPod::new(&name).gpus(2).gpumem(mib).gpucores(cores),
+        70..=76 => GpuPod::new(&name)
+            .gpus(1)
+            .gpumem(mib)
+            .container("sidecar")
+            .gpus(1)
+            .gpumem(500)
+            .container("proxy"),
+        77..=83 => {
+            init = true;
+            GpuPod::new(&name).gpus(1).gpumem(mib)
+        }
+        84..=88 => GpuPod::new(&name)
+            .gpus(2)
+            .gpumem(1000)
+            .annotation("nvidia.com/numa-bind", "true"),
+        _ => GpuPod::new(&name).gpus(1).gpumem(mib).annotation(
+            keys::NVIDIA_USE_GPUTYPE,
+            TYPES[rng.random_range(0..TYPES.len())],
+        ),
+    };
+    // Most pods spread over the nodes: with binpack, consecutive pods go to the same
+    // node, whose lock (held from bind until kubelet's Allocate) serialises them, as in
+    // HAMi; the rest keep the default binpack so both policies meet the chaos.
+    let pod = if rng.random_bool(0.85) {
+        pod.annotation(keys::NODE_SCHEDULER_POLICY, "spread")
+    } else {
+        pod
+    };
+    (pod, init)
+}
+
+/// The pod's object, with an init container (no GPU) when `init`.
+fn pod_object(pod: &GpuPod, init: bool) -> Value {
+    let mut object = pod.to_object();
+    if init && let Some(spec) = object.get_mut("spec") {
+        spec["initContainers"] = json!([{
+            "name": "setup", "image": "busybox:1.36", "command": ["true"]
+        }]);
+    }
+    object
+}
+
+/// What the run did and found.
+#[derive(Debug, Clone, Default)]
+pub struct ChaosSummary {
+    pub seed: u64,
+    pub nodes: usize,
+    /// Pods created (re-creations under the same name included).
+    pub pods: usize,
+    /// Pods bound at the end.
+    pub bound: usize,
+    pub running: usize,
+    /// Pending (Unschedulable) at the end.
+    pub pending: usize,
+    /// Failed at the end (kubelet refused them, e.g. a device plugin was gone).
+    pub failed: usize,
+    /// Deleted, by the stage the pod was in.
+    pub deleted: BTreeMap<&'static str, usize>,
+    /// Deleted between filter and bind and re-created at once under the same name.
+    pub recreated: usize,
+    /// Component restarts, by kind.
+    pub restarts: BTreeMap<&'static str, usize>,
+    /// Requests the API server failed on purpose.
+    pub faults: usize,
+    pub watch_drops: usize,
+    pub compactions: usize,
+    /// Creation to Running, over the pods that ran.
+    pub p50_to_running: Duration,
+    pub p99_to_running: Duration,
+    /// Pods bound within 10 s of each extender restart after a kill.
+    pub binds_after_kill: Vec<usize>,
+    pub wall: Duration,
+    pub violations: Vec<String>,
+}
+
+impl ChaosSummary {
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    pub fn render_text(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "chaos seed {}: {} nodes × {GPUS_PER_NODE} GPUs, {} pods created in {:.1?}",
+            self.seed, self.nodes, self.pods, self.wall
+        );
+        let _ = writeln!(
+            out,
+            "  end: {} bound ({} running), {} pending, {} failed",
+            self.bound, self.running, self.pending, self.failed
+        );
+        let _ = writeln!(
+            out,
+            "  deleted: {:?}; re-created under the same name: {}",
+            self.deleted, self.recreated
+        );
+        let _ = writeln!(out, "  restarts: {:?}", self.restarts);
+        let _ = writeln!(
+            out,
+            "  faults: {} failed requests, {} watch drops, {} compactions",
+            self.faults, self.watch_drops, self.compactions
+        );
+        let _ = writeln!(
+            out,
+            "  time to Running: p50 {:.2?}, p99 {:.2?}; binds in the 10 s after each extender kill: {:?}",
+            self.p50_to_running, self.p99_to_running, self.binds_after_kill
+        );
+        if self.violations.is_empty() {
+            let _ = writeln!(out, "  violations: none");
+        } else {
+            let _ = writeln!(out, "  violations ({}):", self.violations.len());
+            for v in self.violations.iter().take(50) {
+                let _ = writeln!(out, "    - {v}");
+            }
+        }
+        out
+    }
+}
+
+/// One chaos event.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    DeletePod,
+    DeleteAndRecreate,
+    DropWatches,
+    Compact,
+    RestartExtender,
+    KillExtender,
+    RestartWebhook,
+    KillWebhook,
+    RestartPlugin,
+    RestartKubelet,
+    /// The node's device plugin stops reporting; it comes back a few seconds later.
+    SilencePlugin,
+}
+
+fn draw_event(rng: &mut StdRng) -> Event {
+    match rng.random_range(0..100) {
+        0..=34 => Event::DeletePod,
+        35..=54 => Event::DeleteAndRecreate,
+        55..=64 => Event::DropWatches,
+        65..=69 => Event::Compact,
+        70..=73 => Event::RestartExtender,
+        74..=77 => Event::KillExtender,
+        78..=80 => Event::RestartWebhook,
+        81..=83 => Event::KillWebhook,
+        84..=89 => Event::RestartPlugin,
+        90..=94 => Event::RestartKubelet,
+        _ => Event::SilencePlugin,
+    }
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The stage a pod is in, for deletions.
+fn stage(pod: &Value) -> &'static str {
+    let bound = !str_at(pod, "/spec/nodeName").is_empty();
+    let filtered = pod
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(keys::VGPU_NODE))
+        .is_some();
+    match (bound, str_at(pod, "/status/phase")) {
+        (true, "Running") => "running",
+        (true, _) => "during allocate",
+        (false, _) if filtered => "between filter and bind",
+        (false, _) => "before filter",
+    }
+}
+
+/// Tracks every pod created: when, and when it was first seen Running.
+#[derive(Default)]
+struct Tracker {
+    /// uid → (created, running after)
+    pods: HashMap<String, (Instant, Option<Duration>)>,
+    /// Bind times seen (uid → when first seen bound).
+    bound_at: HashMap<String, Instant>,
+}
+
+impl Tracker {
+    fn observe(&mut self, pods: &[Value]) {
+        let now = Instant::now();
+        for p in pods {
+            let uid = str_at(p, "/metadata/uid");
+            if !str_at(p, "/spec/nodeName").is_empty() {
+                self.bound_at.entry(uid.to_string()).or_insert(now);
+            }
+            if str_at(p, "/status/phase") == "Running"
+                && let Some((created, ran)) = self.pods.get_mut(uid)
+                && ran.is_none()
+            {
+                *ran = Some(now.duration_since(*created));
+            }
+        }
+    }
+
+    fn binds_between(&self, from: Instant, to: Instant) -> usize {
+        self.bound_at
+            .values()
+            .filter(|t| **t >= from && **t < to)
+            .count()
+    }
+}
+
+/// The running chaos: the cluster, the seeded draws and what was seen.
+struct Run<'a> {
+    spec: &'a ChaosSpec,
+    cluster: DemoCluster,
+    rng: StdRng,
+    tracker: Tracker,
+    summary: ChaosSummary,
+    /// Nodes whose plugin is silenced, with when it comes back.
+    silenced: Vec<(String, Instant)>,
+    /// When each killed extender was back.
+    kill_restarts: Vec<Instant>,
+}
+
+/// Runs the chaos and answers its summary (its violations included); an error only when
+/// the harness itself cannot run (the cluster does not start).
+pub async fn run(spec: &ChaosSpec) -> Result<ChaosSummary, HarnessError> {
+    let started = Instant::now();
+    let cluster = DemoCluster::start(spec.cluster_spec()).await?;
+    let mut run = Run {
+        spec,
+        cluster,
+        rng: StdRng::seed_from_u64(spec.seed),
+        tracker: Tracker::default(),
+        summary: ChaosSummary {
+            seed: spec.seed,
+            nodes: spec.nodes,
+            ..ChaosSummary::default()
+        },
+        silenced: Vec::new(),
+        kill_restarts: Vec::new(),
+    };
+    run.faults_on();
+    run.submit_all().await;
+    run.cluster.api().faults().clear();
+    run.bring_all_back().await?;
+    run.quiesce().await;
+    run.final_checks().await;
+    run.summarise();
+    run.summary.wall = started.elapsed();
+    let summary = run.summary.clone();
+    if let Err(e) = run.cluster.shutdown().await {
+        tracing::warn!(error = %e, "chaos: shutdown reported an error");
+    }
+    Ok(summary)
+}
+
+impl Run<'_> {
+    fn faults_on(&self) {
+        let faults = self.cluster.api().faults();
+        faults.set_latency(self.spec.latency);
+        for (i, verb) in FAULTED_VERBS.iter().enumerate() {
+            let fault = match i % 3 {
+                0 => Fault::InternalError,
+                1 => Fault::Conflict,
+                _ => Fault::Timeout(Duration::from_millis(100)),
+            };
+            faults.set_error_rate(verb, self.spec.fault_rate, fault);
+        }
+    }
+
+    /// Submits every pod at the steady rate, with chaos events in between and the
+    /// invariants checked as it goes.
+    async fn submit_all(&mut self) {
+        let start = Instant::now();
+        let period = Duration::from_secs_f64(1.0 / self.spec.rate.max(1e-3));
+        let event_period = Duration::from_secs_f64(1.0 / self.spec.events_per_second.max(1e-3));
+        let mut next_event = start + event_period;
+        // Chaos events happen over the submission window however long creating the pods
+        // takes: as many as the window holds at the rate asked.
+        let events = (self.spec.pods as f64 / self.spec.rate.max(1e-3)
+            * self.spec.events_per_second.max(0.0))
+        .ceil() as usize;
+        let mut events_done = 0;
+        let mut next_check = start;
+        let mut pending: Vec<(GpuPod, bool)> = Vec::new();
+        let mut submitted = 0;
+        while submitted < self.spec.pods || !pending.is_empty() || events_done < events {
+            let now = Instant::now();
+            while submitted < self.spec.pods && start + period * submitted as u32 <= now {
+                let drawn = draw_pod(&mut self.rng, submitted);
+                pending.push(drawn);
+                submitted += 1;
+            }
+            // Creation fails while the webhook is down (failurePolicy Fail) or when the
+            // write is failed on purpose: such pods are tried again on the next tick.
+            let mut retry = Vec::new();
+            for (pod, init) in pending.drain(..) {
+                if !self.create(&pod, init).await {
+                    retry.push((pod, init));
+                }
+            }
+            pending = retry;
+            if now >= next_event && events_done < events {
+                let event = draw_event(&mut self.rng);
+                self.chaos(event).await;
+                events_done += 1;
+                next_event += event_period;
+            }
+            self.revive_silenced(false).await;
+            if now >= next_check {
+                self.check_now();
+                tracing::info!(
+                    submitted,
+                    created = self.summary.pods,
+                    waiting = pending.len(),
+                    running = self
+                        .tracker
+                        .pods
+                        .values()
+                        .filter(|(_, r)| r.is_some())
+                        .count(),
+                    "chaos: progress"
+                );
+                next_check = now + Duration::from_millis(250);
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    async fn create(&mut self, pod: &GpuPod, init: bool) -> bool {
+        let object: Pod = match serde_json::from_value(pod_object(pod, init)) {
+            Ok(p) => p,
+            Err(e) => {
+                self.summary
+                    .violations
+                    .push(format!("pod {} does not build: {e}", pod.name));
+                return true;
+            }
+        };
+        let api = Api::<Pod>::namespaced(self.cluster.client(), NAMESPACE);
+        match api.create(&PostParams::default(), &object).await {
+            Ok(created) => {
+                if let Some(uid) = created.metadata.uid {
+                    self.tracker.pods.insert(uid, (Instant::now(), None));
+                }
+                self.summary.pods += 1;
+                true
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
+                // A create that timed out may have landed.
+                true
+            }
+            Err(e) => {
+                tracing::debug!(pod = %pod.name, error = %e, "chaos: create failed; retrying");
+                false
+            }
+        }
+    }
+
+    fn pods(&self) -> Vec<Value> {
+        self.cluster
+            .api()
+            .store()
+            .list(&PODS, Some(NAMESPACE), &Selector::default())
+            .0
+    }
+
+    /// A random pod in the stage `want` (any stage when None).
+    fn pick(&mut self, want: Option<&str>) -> Option<Value> {
+        let pods: Vec<Value> = self
+            .pods()
+            .into_iter()
+            .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|p| want.is_none_or(|w| stage(p) == w))
+            .collect();
+        if pods.is_empty() {
+            return None;
+        }
+        let i = self.rng.random_range(0..pods.len());
+        pods.into_iter().nth(i)
+    }
+
+    async fn chaos(&mut self, event: Event) {
+        tracing::info!(?event, "chaos event");
+        let node = format!("chaos-{:03}", self.rng.random_range(0..self.spec.nodes));
+        match event {
+            Event::DeletePod => {
+                let stages = [
+                    "before filter",
+                    "between filter and bind",
+                    "during allocate",
+                    "running",
+                ];
+                let want = stages[self.rng.random_range(0..stages.len())];
+                if let Some(pod) = self.pick(Some(want)).or_else(|| self.pick(None)) {
+                    self.delete(&pod, false).await;
+                }
+            }
+            Event::DeleteAndRecreate => {
+                let pod = self
+                    .pick(Some("between filter and bind"))
+                    .or_else(|| self.pick(Some("before filter")));
+                if let Some(pod) = pod {
+                    self.delete(&pod, true).await;
+                }
+            }
+            Event::DropWatches => {
+                self.cluster.api().store().drop_watches();
+                self.summary.watch_drops += 1;
+            }
+            Event::Compact => {
+                self.cluster.api().store().compact();
+                self.cluster.api().store().drop_watches();
+                self.summary.compactions += 1;
+            }
+            Event::RestartExtender => {
+                let r = self.cluster.restart_extender().await;
+                self.count("extender (graceful)", r);
+            }
+            Event::KillExtender => {
+                self.cluster.kill_extender().await;
+                let r = self.cluster.start_extender().await;
+                self.count("extender (killed)", r);
+                self.kill_restarts.push(Instant::now());
+            }
+            Event::RestartWebhook => {
+                let r = self.cluster.restart_webhook().await;
+                self.count("webhook (graceful)", r);
+            }
+            Event::KillWebhook => {
+                self.cluster.kill_webhook().await;
+                let r = self.cluster.start_webhook().await;
+                self.count("webhook (killed)", r);
+            }
+            Event::RestartPlugin if !self.is_silenced(&node) => {
+                let r = self.cluster.restart_device_plugin(&node).await;
+                self.count("device plugin", r);
+            }
+            Event::RestartKubelet if !self.is_silenced(&node) => {
+                let r = self.cluster.restart_kubelet(&node).await;
+                self.count("kubelet", r);
+            }
+            Event::RestartPlugin | Event::RestartKubelet => {}
+            Event::SilencePlugin => {
+                if !self.is_silenced(&node) {
+                    match self.cluster.stop_device_plugin(&node).await {
+                        Ok(()) => {
+                            let back = Instant::now()
+                                + Duration::from_millis(self.rng.random_range(1000..5000));
+                            self.silenced.push((node, back));
+                            *self
+                                .summary
+                                .restarts
+                                .entry("device plugin silenced")
+                                .or_default() += 1;
+                        }
+                        Err(e) => self
+                            .summary
+                            .violations
+                            .push(format!("stopping the device plugin of {node}: {e}")),
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_silenced(&self, node: &str) -> bool {
+        self.silenced.iter().any(|(n, _)| n == node)
+    }
+
+    /// Counts a restart, or its failure as a violation.
+    fn count(&mut self, what: &'static str, result: Result<(), HarnessError>) {
+        match result {
+            Ok(()) => *self.summary.restarts.entry(what).or_default() += 1,
+            Err(e) => self
+                .summary
+                .violations
+                .push(format!("restarting the {what}: {e}")),
+        }
+    }
+
+    /// Brings silenced device plugins back (all of them when `all`).
+    async fn revive_silenced(&mut self, all: bool) {
+        let now = Instant::now();
+        let (due, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.silenced)
+            .into_iter()
+            .partition(|(_, back)| all || *back <= now);
+        self.silenced = wait;
+        for (node, _) in due {
+            if let Err(e) = self.cluster.start_device_plugin(&node).await {
+                self.summary
+                    .violations
+                    .push(format!("starting the device plugin of {node} again: {e}"));
+            }
+        }
+    }
+
+    /// Deletes the pod (its UID as the precondition); re-creates it at once under the
+    /// same name when `recreate`, as a StatefulSet does.
+    async fn delete(&mut self, pod: &Value, recreate: bool) {
+        let name = str_at(pod, "/metadata/name").to_string();
+        let uid = str_at(pod, "/metadata/uid").to_string();
+        let at = stage(pod);
+        let api = Api::<Pod>::namespaced(self.cluster.client(), NAMESPACE);
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(uid),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        for _ in 0..5 {
+            match api.delete(&name, &params).await {
+                Ok(_) => {
+                    *self.summary.deleted.entry(at).or_default() += 1;
+                    break;
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => return,
+                Err(e) => tracing::debug!(pod = %name, error = %e, "chaos: delete failed"),
+            }
+        }
+        if !recreate {
+            return;
+        }
+        // The successor gets the name once the old pod is gone (its kubelet finishes the
+        // deletion of a bound pod); an unbound pod goes at once.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.cluster.pod(NAMESPACE, &name).is_none() {
+                let init = self.rng.random_bool(0.5);
+                let (mut successor, _) = draw_pod(&mut self.rng, 0);
+                successor.name = name.clone();
+                for _ in 0..10 {
+                    if self.create(&successor, init).await {
+                        self.summary.recreated += 1;
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The continuous invariants, from the API server's objects.
+    fn check_now(&mut self) {
+        let pods = self.pods();
+        self.tracker.observe(&pods);
+        let (_, violations) = gpu_usage(&self.cluster);
+        for v in violations {
+            if !self.summary.violations.contains(&v) {
+                tracing::error!(violation = %v, "chaos: invariant broken");
+                self.summary.violations.push(v);
+            }
+        }
+    }
+
+    async fn bring_all_back(&mut self) -> Result<(), HarnessError> {
+        self.revive_silenced(true).await;
+        self.cluster.start_webhook().await?;
+        self.cluster.start_extender().await?;
+        Ok(())
+    }
+
+    /// Waits until every pod is Running, Failed or Pending as Unschedulable, and stays
+    /// so; a pod still in between at the deadline is a violation.
+    async fn quiesce(&mut self) {
+        let deadline = Instant::now() + self.spec.quiesce_timeout;
+        let mut calm_since: Option<Instant> = None;
+        loop {
+            self.check_now();
+            let unsettled: Vec<String> = self
+                .pods()
+                .iter()
+                .filter_map(|p| {
+                    unsettled(p).map(|why| format!("{}: {why}", str_at(p, "/metadata/name")))
+                })
+                .collect();
+            let now = Instant::now();
+            if unsettled.is_empty() {
+                // Pending pods are retried at the scheduler's longest backoff: settled
+                // means no change for a few of those.
+                let since = *calm_since.get_or_insert(now);
+                if now.duration_since(since) >= Duration::from_secs(5) {
+                    return;
+                }
+            } else {
+                calm_since = None;
+            }
+            tracing::info!(unsettled = unsettled.len(), "chaos: waiting for quiescence");
+            if now > deadline {
+                for u in unsettled.iter().take(20) {
+                    self.summary.violations.push(format!(
+                        "not settled after {:?}: {u}",
+                        self.spec.quiesce_timeout
+                    ));
+                }
+                if unsettled.len() > 20 {
+                    self.summary
+                        .violations
+                        .push(format!("... and {} more not settled", unsettled.len() - 20));
+                }
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The invariants that hold only once everything settled.
+    async fn final_checks(&mut self) {
+        let (nodes, _) = self
+            .cluster
+            .api()
+            .store()
+            .list(&NODES, None, &Selector::default());
+        for n in &nodes {
+            if let Some(lock) = n
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(keys::NODE_LOCK))
+            {
+                self.summary.violations.push(format!(
+                    "node {} still locked after quiescence: {lock}",
+                    str_at(n, "/metadata/name")
+                ));
+            }
+        }
+        self.ledger_matches().await;
+        for p in self.pods() {
+            if let Err(v) = self.kubelet_agrees(&p) {
+                self.summary.violations.push(v);
+            }
+        }
+    }
+
+    /// The extender's ledger (its metrics) equals the bound pods' annotations, GPU by GPU:
+    /// no reservation of a deleted or unbound pod is left.
+    async fn ledger_matches(&mut self) {
+        let (gpus, _) = gpu_usage(&self.cluster);
+        let want: BTreeMap<String, u64> =
+            gpus.iter().map(|g| (g.uuid.clone(), g.used_mem)).collect();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut got = BTreeMap::new();
+        while Instant::now() < deadline {
+            got = match self.cluster.extender_metrics().await {
+                Ok(text) => ledger_mib(&text),
+                Err(_) => BTreeMap::new(),
+            };
+            if got == want {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let differs: Vec<String> = want
+            .iter()
+            .filter(|(u, m)| got.get(*u) != Some(m))
+            .take(10)
+            .map(|(u, m)| format!("{u}: annotations {m} MiB, ledger {:?} MiB", got.get(u)))
+            .collect();
+        self.summary.violations.push(format!(
+            "the extender's ledger differs from the bound pods' annotations after quiescence: {differs:?}"
+        ));
+    }
+
+    /// Kubelet's allocation of a running pod is of exactly the GPUs the scheduler wrote.
+    fn kubelet_agrees(&self, pod: &Value) -> Result<(), String> {
+        if str_at(pod, "/status/phase") != "Running" {
+            return Ok(());
+        }
+        let name = str_at(pod, "/metadata/name");
+        let uid = str_at(pod, "/metadata/uid");
+        let node = str_at(pod, "/spec/nodeName");
+        let Some(n) = self.cluster.node(node) else {
+            return Err(format!(
+                "pod {name} runs on {node}, which is not an emulated node"
+            ));
+        };
+        let resource = &self.cluster.spec().devices.nvidia.resource_count_name;
+        let devices = allocated(pod).map_err(|e| format!("pod {name}: {e}"))?;
+        for (i, spec) in container_specs(pod).into_iter().enumerate() {
+            let c = str_at(spec, "/name");
+            let mut annotated: Vec<&str> = devices
+                .get(i)
+                .map(|d| d.iter().map(|d| d.uuid.as_str()).collect())
+                .unwrap_or_default();
+            annotated.sort_unstable();
+            let held = n.kubelet().container_allocation(uid, c);
+            let mut replicas: Vec<String> = held
+                .and_then(|h| h.get(resource).map(|a| a.devices.clone()))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|id| {
+                    id.rsplit_once('-')
+                        .map_or(id.clone(), |(u, _)| u.to_string())
+                })
+                .collect();
+            replicas.sort_unstable();
+            if replicas != annotated {
+                return Err(format!(
+                    "pod {name} container {c}: kubelet allocated GPUs {replicas:?}, the scheduler annotated {annotated:?}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn summarise(&mut self) {
+        let pods = self.pods();
+        self.tracker.observe(&pods);
+        for p in &pods {
+            let bound = !str_at(p, "/spec/nodeName").is_empty();
+            match str_at(p, "/status/phase") {
+                "Running" => self.summary.running += 1,
+                "Failed" => self.summary.failed += 1,
+                _ if !bound => self.summary.pending += 1,
+                _ => {}
+            }
+            if bound {
+                self.summary.bound += 1;
+            }
+        }
+        let mut times: Vec<Duration> = self.tracker.pods.values().filter_map(|(_, r)| *r).collect();
+        times.sort_unstable();
+        let pct = |q: f64| {
+            times
+                .get(((times.len() as f64 * q).ceil() as usize).saturating_sub(1))
+                .copied()
+                .unwrap_or_default()
+        };
+        self.summary.p50_to_running = pct(0.50);
+        self.summary.p99_to_running = pct(0.99);
+        self.summary.faults = self
+            .cluster
+            .api()
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| {
+                FAULTED_VERBS.contains(&r.verb.as_str()) && matches!(r.code, 500 | 409 | 504)
+            })
+            .count();
+        self.summary.binds_after_kill = self
+            .kill_restarts
+            .iter()
+            .map(|t| self.tracker.binds_between(*t, *t + Duration::from_secs(10)))
+            .collect();
+    }
+}
+
+/// Why a pod has not settled; None when it is Running, Failed, or Pending with a
+/// readable `PodScheduled=False` reason.
+fn unsettled(pod: &Value) -> Option<String> {
+    if pod.pointer("/metadata/deletionTimestamp").is_some() {
+        return Some("still terminating".into());
+    }
+    let bound = !str_at(pod, "/spec/nodeName").is_empty();
+    match str_at(pod, "/status/phase") {
+        "Running" | "Failed" => return None,
+        _ if bound => return Some("bound but not running".into()),
+        _ => {}
+    }
+    let condition = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
+        });
+    match condition {
+        Some(c)
+            if str_at(c, "/status") == "False"
+                && str_at(c, "/reason") == "Unschedulable"
+                && !str_at(c, "/message").is_empty() =>
+        {
+            None
+        }
+        Some(c) => Some(format!(
+            "pending: PodScheduled={} {}: {}",
+            str_at(c, "/status"),
+            str_at(c, "/reason"),
+            str_at(c, "/message")
+        )),
+        None => Some("pending, not tried by the scheduler".into()),
+    }
+}
+
+/// MiB allocated per GPU according to the extender's metrics.
+fn ledger_mib(metrics: &str) -> BTreeMap<String, u64> {
+    crate::usage::samples(metrics, "hami_gpu_memory_allocated_bytes")
+        .into_iter()
+        .filter_map(|(labels, value)| {
+            let uuid = labels.get("device_uuid")?.clone();
+            Some((uuid, value as u64 / (1024 * 1024)))
+        })
+        .collect()
+}
