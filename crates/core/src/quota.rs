@@ -27,7 +27,8 @@ pub struct QuotaResources {
     pub memory: Option<String>,
     /// The core resource (percent of a device); `None`: not limited.
     pub cores: Option<String>,
-    /// Requests are counted in MiB × this factor, so a memory limit is too.
+    /// Requests are counted in MiB × this factor, so a memory limit is too (0 is read as
+    /// 1, in [`QuotaBook::budget`]).
     pub memory_factor: u32,
 }
 
@@ -41,7 +42,7 @@ impl QuotaResources {
         QuotaResources {
             memory: named(memory),
             cores: named(cores),
-            memory_factor: memory_factor.max(1),
+            memory_factor,
         }
     }
 }
