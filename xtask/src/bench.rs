@@ -152,6 +152,7 @@ fn running_pod(i: usize, s: &Scenario) -> Value {
         dev_type: "NVIDIA".into(),
         mem_mib: 4_000,
         cores: 10,
+        slots: 0,
     }]]);
     json!({
         "apiVersion": "v1", "kind": "Pod",

@@ -106,6 +106,7 @@ fn reserve(
             dev_type: "NVIDIA".into(),
             mem_mib: mem,
             cores: 10,
+            slots: 0,
         }]],
     )]);
     let annotations = pod(uid, node, mem, None, now).metadata.annotations.unwrap();
