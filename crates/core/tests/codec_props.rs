@@ -141,14 +141,16 @@ fn container_device() -> impl Strategy<Value = ContainerDevice> {
         // Unset (one slot) or a multi-slot share (Enflame DRS), the optional fifth field.
         prop_oneof![Just(0u32), 2u32..=i32::MAX as u32],
     )
-        .prop_map(|(uuid, dev_type, usedmem, usedcores, slots)| ContainerDevice {
-            idx: 0,
-            uuid,
-            dev_type,
-            mem_mib: usedmem,
-            cores: usedcores,
-            slots,
-        })
+        .prop_map(
+            |(uuid, dev_type, usedmem, usedcores, slots)| ContainerDevice {
+                idx: 0,
+                uuid,
+                dev_type,
+                mem_mib: usedmem,
+                cores: usedcores,
+                slots,
+            },
+        )
 }
 
 fn pod_devices() -> impl Strategy<Value = PodSingleDevice> {

@@ -755,3 +755,360 @@ fn profile_names_parse_as_hami_reads_them() {
     assert_eq!(enflame_drs::parse_profile("6g"), None);
     assert_eq!(enflame_drs::parse_profile("xg.6gb"), None);
 }
+
+// ---------------------------------------------------------------------------------------
+// hami-rs's own DRS cases (docs/vendors.md#enflame-drs): decoding, requests, every
+// reason, annotations byte for byte, admission texts.
+// ---------------------------------------------------------------------------------------
+
+const CAPACITY: &str = r#"{"devices":[{"index":"0","minor":"3","capacity":6},{"index":"1","minor":"4","capacity":"6"}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}"#;
+
+/// Decodes a node of these annotations through every vendor: the inventory and the
+/// issues as `vendor annotation: error`.
+fn decode_node(annotations: &[(&str, &str)]) -> (NodeInventory, Vec<String>) {
+    let a: Annotations = annotations
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let cap = BTreeMap::from([("enflame.com/gcu".to_string(), Quantity("2".into()))]);
+    let view = NodeView {
+        name: "n",
+        annotations: &a,
+        capacity: Some(&cap),
+        labels: None,
+    };
+    let (inv, issues) = NodeInventory::from_node(&view, &registry());
+    let issues = issues
+        .into_iter()
+        .map(|i| format!("{} {}: {}", i.vendor, i.annotation, i.error))
+        .collect();
+    (inv, issues)
+}
+
+fn devices_of<'a>(inv: &'a NodeInventory, vendor: &str) -> &'a [DeviceInfo] {
+    inv.vendors
+        .iter()
+        .find(|v| v.vendor == vendor)
+        .map_or(&[][..], |v| v.devices.as_slice())
+}
+
+#[test]
+fn drs_capacity_decodes_beside_whole_gcus() {
+    let (inv, issues) = decode_node(&[("enflame.com/gcu-drs-capacity", CAPACITY)]);
+    assert!(issues.is_empty(), "{issues:?}");
+    let drs = devices_of(&inv, "Enflame");
+    let ids: Vec<&str> = drs.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, ["n-enflame-drs-0", "n-enflame-drs-1"]);
+    assert_eq!(
+        (drs[1].count, drs[1].mem_mib, drs[1].cores),
+        (6, 40960, 100)
+    );
+    assert_eq!(drs[0].custom_str("minor"), Some("3"));
+    assert_eq!(drs[0].custom_int("maxSlice"), Some(6));
+    // The node's whole GCUs are another family, untouched.
+    assert_eq!(devices_of(&inv, "GCU").len(), 2);
+}
+
+#[test]
+fn drs_minor_and_index_default_as_hami_reads_them() {
+    let got = decode_drs_capacity(
+        "n",
+        r#"{"devices":[{"index":"x","capacity":2},{"index":" 5 ","minor":" ","capacity":1}],"profiles":{"1g.6gb":"0","2g.12":"1"}}"#,
+    )
+    .unwrap();
+    // A non-numeric index is the device's position; a missing minor is the index.
+    assert_eq!((got[0].index, got[0].custom_str("minor")), (0, Some("0")));
+    assert_eq!((got[1].index, got[1].custom_str("minor")), (5, Some("5")));
+    // Memory is the largest readable profile memory (6 GiB; "2g.12" reads as 12 GiB).
+    assert_eq!(got[0].mem_mib, 12 * 1024);
+}
+
+#[test]
+fn malformed_drs_capacity_takes_only_the_drs_devices_out() {
+    for (value, want) in [
+        ("not json", "invalid Enflame DRS capacity JSON"),
+        (
+            r#"{"devices":[{"index":"0","capacity":6}],"profiles":{"big":"0"}}"#,
+            "no valid drs profiles",
+        ),
+        (
+            r#"{"devices":[{"index":"0","capacity":0}],"profiles":{"1g.6gb":"0"}}"#,
+            "device 0: invalid capacity 0",
+        ),
+        (
+            r#"{"devices":[{"index":"0"}],"profiles":{"1g.6gb":"0"}}"#,
+            "invalid capacity null",
+        ),
+        (
+            r#"{"devices":[],"profiles":{"1g.6gb":"0"}}"#,
+            "no drs devices",
+        ),
+        (
+            r#"{"devices":[{"index":"1","capacity":1},{"index":"1","capacity":1}],"profiles":{"1g.6gb":"0"}}"#,
+            "device index 1 appears twice",
+        ),
+        (
+            r#"{"devices":[{"index":"0","capacity":1}],"profiles":{"1g.6gb":0}}"#,
+            "invalid Enflame DRS capacity JSON",
+        ),
+    ] {
+        let (inv, issues) = decode_node(&[("enflame.com/gcu-drs-capacity", value)]);
+        assert_eq!(issues.len(), 1, "{value}: {issues:?}");
+        assert!(
+            issues[0].starts_with("Enflame enflame.com/gcu-drs-capacity: ")
+                && issues[0].contains(want),
+            "{value}: {issues:?}"
+        );
+        assert!(devices_of(&inv, "Enflame").is_empty());
+        assert_eq!(devices_of(&inv, "GCU").len(), 2, "{value}");
+    }
+}
+
+#[test]
+fn drs_rules_health_lock_keys_and_quota() {
+    let v = vendor(ENFLAME);
+    assert_eq!(v.health_rule(), HealthRule::Always);
+    assert_eq!(v.node_lock(), hami_core::vendor::NodeLockRule::None);
+    assert_eq!(v.to_allocate_annotation(), None);
+    assert_eq!(
+        v.allocated_annotation(),
+        "hami.io/enflame-vgpu-devices-allocated"
+    );
+    assert_eq!(
+        v.resource_names(),
+        [
+            "enflame.com/drs-gcu",
+            "enflame.com/gcu-memory",
+            "enflame.com/gcu-core"
+        ]
+    );
+    let q = v.quota_resources();
+    assert_eq!(q.memory.as_deref(), Some("enflame.com/gcu-memory"));
+    assert_eq!(q.cores.as_deref(), Some("enflame.com/gcu-core"));
+}
+
+#[test]
+fn drs_legacy_vgcu_name_stands_for_an_empty_drs_name() {
+    // device-config.yaml read as JSON (a YAML subset).
+    let cfg: hami_core::config::DeviceConfig = serde_json::from_str(
+        r#"{"enflame": {"resourceNameDRSGCU": "", "resourceNameVGCU": "enflame.com/vgcu", "resourceNameGCUMemory": ""}}"#,
+    )
+    .unwrap();
+    let reg = hami_core::vendor::VendorRegistry::from_config(&cfg);
+    let v = reg.get(ENFLAME).unwrap();
+    assert_eq!(v.count_resource(), "enflame.com/vgcu");
+    assert!(
+        v.resource_names()
+            .contains(&"enflame.com/gcu-memory".to_string())
+    );
+}
+
+#[test]
+fn drs_requests_read_limits_then_requests() {
+    let v = vendor(ENFLAME);
+    // The count in requests only.
+    let r = request(v.as_ref(), &ctr(&[], &[("enflame.com/drs-gcu", "6")])).unwrap();
+    assert_eq!((r.mem_mib, r.mem_percent), (6, Some(0)));
+    // A zero count falls back to memory and compute, as in HAMi.
+    let r = request(
+        v.as_ref(),
+        &ctr(
+            &[("enflame.com/drs-gcu", "0"), ("enflame.com/gcu-core", "30")],
+            &[],
+        ),
+    )
+    .unwrap();
+    assert_eq!((r.mem_mib, r.mem_percent, r.cores), (0, None, 30));
+    assert!(request(v.as_ref(), &ctr(&[("enflame.com/drs-gcu", "0")], &[])).is_none());
+    assert!(request(v.as_ref(), &ctr(&[("cpu", "1")], &[])).is_none());
+    // Malformed values are refused naming the container.
+    for bad in [
+        ("enflame.com/gcu-memory", "-1"),
+        ("enflame.com/gcu-memory", "20Gi"),
+    ] {
+        let err = v
+            .container_request(&ctr(&[bad], &[]), &Annotations::new())
+            .unwrap_err();
+        assert!(err.to_string().contains("testctr"), "{err}");
+    }
+}
+
+#[test]
+fn drs_memory_is_gib_or_mib_above_twice_the_largest_profile() {
+    let ledger = drs_node(&[Drs::new("d0", 0)], "");
+    for (mem, core, want) in [
+        ("6", "", "1g.6gb"),
+        ("7", "", "3g.20gb"),
+        // 80 GiB is twice the largest profile: still GiB, and nothing holds it.
+        ("80", "", ""),
+        // Above that, MiB: 7000 MiB → 7 GiB.
+        ("7000", "", "3g.20gb"),
+        ("", "16", "1g.6gb"),
+        ("", "17", "3g.20gb"),
+        ("", "51", "6g.40gb"),
+        ("6", "50", "3g.20gb"),
+    ] {
+        let mut limits = Vec::new();
+        if !mem.is_empty() {
+            limits.push(("enflame.com/gcu-memory", mem));
+        }
+        if !core.is_empty() {
+            limits.push(("enflame.com/gcu-core", core));
+        }
+        let p = pod_asking(&limits);
+        match fit(&ledger, &p) {
+            Ok(f) => {
+                let a = allocation_annotations(&registry(), &plan(&p), "n", &f, 1);
+                let assigned: Value = serde_json::from_str(&a["assigned-containers"]).unwrap();
+                assert_eq!(assigned["main"]["profileName"], want, "{mem} {core}");
+            }
+            Err(e) => {
+                assert_eq!(want, "", "{mem} {core}");
+                assert_eq!(e.render(), "1/1 ModeNotFit");
+            }
+        }
+    }
+}
+
+#[test]
+fn drs_fit_reasons() {
+    // Too little memory left for the profile.
+    let mut small = Drs::new("d0", 0);
+    small.totalmem = 10240;
+    assert_eq!(
+        reason(fit(&drs_node(&[small], ""), &slices(3))),
+        "1/1 CardInsufficientMemory"
+    );
+    // Compute taken by another pod.
+    let mut ledger = drs_node(&[Drs::new("d0", 0)], "");
+    ledger.apply_pod(PodRecord {
+        uid: "busy".into(),
+        namespace: "default".into(),
+        name: "busy".into(),
+        node: "n".into(),
+        charges: vec![DeviceCharge {
+            uuid: "d0".into(),
+            vendor: ENFLAME.into(),
+            slots: 1,
+            mem: 0,
+            cores: 60,
+        }],
+    });
+    assert_eq!(reason(fit(&ledger, &slices(3))), "1/1 CardInsufficientCore");
+    // Every slice taken.
+    let mut full = Drs::new("d0", 0);
+    full.used = 6;
+    assert_eq!(
+        reason(fit(&drs_node(&[full], ""), &slices(1))),
+        "1/1 CardTimeSlicingExhausted"
+    );
+    // UUID selection.
+    let devs = [Drs::new("d0", 0), Drs::new("d1", 1)];
+    let p = with_annotations(slices(1), &[("enflame.com/use-gpuuuid", "d0")]);
+    let f = fit(&drs_node(&devs, ""), &p).unwrap();
+    assert_eq!(given(&f, ENFLAME).uuid, "d0");
+    let p = with_annotations(slices(1), &[("enflame.com/nouse-gpuuuid", "d0,d1")]);
+    assert_eq!(
+        reason(fit(&drs_node(&devs, ""), &p)),
+        "2/2 CardUuidMismatch"
+    );
+}
+
+#[test]
+fn drs_annotations_byte_for_byte() {
+    // An init container and two app containers on a two-GCU node (policy spread: the
+    // last container goes to the emptier GCU).
+    let (inv, issues) = decode_node(&[("enflame.com/gcu-drs-capacity", CAPACITY)]);
+    assert!(issues.is_empty(), "{issues:?}");
+    let mut ledger = Ledger::new();
+    ledger.set_node("n", inv);
+    let mut p = pod(
+        "p",
+        vec![
+            container("app", &[("enflame.com/drs-gcu", "3")]),
+            container("plain", &[("cpu", "1")]),
+            container(
+                "side",
+                &[
+                    ("enflame.com/gcu-memory", "6"),
+                    ("enflame.com/gcu-core", "10"),
+                ],
+            ),
+        ],
+    );
+    p.spec.as_mut().unwrap().init_containers =
+        Some(vec![container("init", &[("enflame.com/drs-gcu", "6")])]);
+    let f = fit(&ledger, &p).unwrap();
+    let a = allocation_annotations(&registry(), &plan(&p), "n", &f, 1_700_000_000);
+    let ours: BTreeMap<&str, &str> = a
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("enflame.com/")
+                || k.as_str() == "assigned-containers"
+                || k.contains("enflame")
+        })
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        ours,
+        BTreeMap::from([
+            (
+                "assigned-containers",
+                r#"{"app":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"},"init":{"allocated":false,"request":6,"profileID":"2","profileName":"6g.40gb"},"side":{"allocated":false,"request":1,"profileID":"0","profileName":"1g.6gb"}}"#
+            ),
+            ("enflame.com/gcu-assigned", "false"),
+            ("enflame.com/gcu-assigned-id", "1"),
+            ("enflame.com/gcu-assigned-index", "1"),
+            ("enflame.com/gcu-assigned-minor", "4"),
+            ("enflame.com/gcu-assigned-time", "1700000000000000000"),
+            ("enflame.com/gcu-request-size", "6"),
+            (
+                "hami.io/enflame-vgpu-devices-allocated",
+                "n-enflame-drs-1,Enflame,40960,100,6:;n-enflame-drs-1,Enflame,20480,50,3:;;n-enflame-drs-0,Enflame,6144,16:;"
+            ),
+        ])
+    );
+    assert!(!a.contains_key("hami.io/enflame-vgpu-devices-to-allocate"));
+}
+
+#[test]
+fn drs_admission_follows_hamis_rules_and_texts() {
+    let v = vendor(ENFLAME);
+    let admit = |limits: &[(&str, &str)], requests: &[(&str, &str)]| {
+        let mut c = ctr(limits, requests);
+        v.mutate_admission(&mut c, &Annotations::new())
+            .map(|a| (a.uses, c))
+    };
+    // The count in requests only is copied into limits.
+    let (uses, c) = admit(&[], &[("enflame.com/drs-gcu", "3")]).unwrap();
+    assert!(uses);
+    let r = c.resources.unwrap();
+    assert_eq!(r.limits.unwrap()["enflame.com/drs-gcu"].0, "3");
+    // Memory and compute alike.
+    let (uses, c) = admit(
+        &[("enflame.com/gcu-memory", "20")],
+        &[("enflame.com/gcu-core", "40")],
+    )
+    .unwrap();
+    assert!(uses);
+    let r = c.resources.unwrap();
+    assert_eq!(r.requests.unwrap()["enflame.com/gcu-memory"].0, "20");
+    assert_eq!(r.limits.unwrap()["enflame.com/gcu-core"].0, "40");
+    // HAMi's refusals.
+    assert_eq!(
+        admit(&[("enflame.com/drs-gcu", "0")], &[]).unwrap_err(),
+        "enflame.com/drs-gcu must be greater than 0"
+    );
+    assert_eq!(
+        admit(&[("enflame.com/gcu-memory", "0")], &[]).unwrap_err(),
+        "enflame.com/gcu-memory must be greater than 0"
+    );
+    for core in ["0", "101"] {
+        assert_eq!(
+            admit(&[("enflame.com/gcu-core", core)], &[]).unwrap_err(),
+            "enflame.com/gcu-core must be in range (0,100]"
+        );
+    }
+    // Nothing of Enflame's: not used.
+    assert!(!admit(&[("cpu", "1")], &[]).unwrap().0);
+}
