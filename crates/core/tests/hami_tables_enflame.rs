@@ -13,12 +13,13 @@ mod common;
 
 use std::collections::BTreeMap;
 
+use common::hami::{Row, table_fit, table_node, table_reason};
 use common::{container, plan, pod, registry, with_annotations};
 use hami_core::accounting::DeviceCharge;
-use hami_core::codec::{decode_pod_single_device, encode_pod_single_device, parse_device_cordon};
-use hami_core::engine::{NodeFit, allocation_annotations, fit_node};
+use hami_core::codec::{decode_pod_single_device, encode_pod_single_device};
+use hami_core::engine::{NodeFit, allocation_annotations};
 use hami_core::fit::FitFailure;
-use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
+use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
 use hami_core::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use hami_core::vendor::enflame_drs::{self, ENFLAME, decode_drs_capacity};
 use hami_core::vendor::{Annotations, DeviceConstraints, HealthRule, NodeView, Vendor};
@@ -61,67 +62,32 @@ impl Drs {
         }
     }
 
-    fn info(&self) -> DeviceInfo {
-        let menu: Value = serde_json::from_str(self.menu).unwrap();
-        DeviceInfo {
-            id: self.id.into(),
-            index: self.index,
-            count: self.count,
-            mem_mib: self.totalmem,
-            cores: self.totalcore,
-            dev_type: ENFLAME.into(),
-            health: self.health,
-            custom_info: BTreeMap::from([
-                ("minor".to_string(), json!(self.index.to_string())),
-                ("index".to_string(), json!(self.index.to_string())),
-                ("profiles".to_string(), menu),
-            ]),
-            ..DeviceInfo::default()
-        }
+    fn row(&self) -> Row {
+        let mut r = Row::new(
+            self.id,
+            self.index,
+            self.count,
+            self.totalmem,
+            self.totalcore,
+            ENFLAME,
+        )
+        .used(self.used, 0, 0);
+        r.health = self.health;
+        r.custom_info = BTreeMap::from([
+            ("minor".to_string(), json!(self.index.to_string())),
+            ("index".to_string(), json!(self.index.to_string())),
+            (
+                "profiles".to_string(),
+                serde_json::from_str(self.menu).unwrap(),
+            ),
+        ]);
+        r
     }
-}
-
-/// A node `n` holding `infos` of `vendor`, `cordon` cordoned, and `used` slots already
-/// taken per device.
-fn node_of(vendor: &str, infos: Vec<DeviceInfo>, used: &[(&str, u32)], cordon: &str) -> Ledger {
-    let mut ledger = Ledger::new();
-    ledger.set_node(
-        "n",
-        NodeInventory {
-            vendors: vec![VendorDevices {
-                vendor: vendor.into(),
-                devices: infos,
-            }],
-            cordon: parse_device_cordon(cordon),
-            ..Default::default()
-        },
-    );
-    let charges: Vec<DeviceCharge> = used
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(id, n)| DeviceCharge {
-            uuid: (*id).into(),
-            vendor: vendor.into(),
-            slots: *n,
-            mem: 0,
-            cores: 0,
-        })
-        .collect();
-    if !charges.is_empty() {
-        ledger.apply_pod(PodRecord {
-            uid: "running".into(),
-            namespace: "default".into(),
-            name: "running".into(),
-            node: "n".into(),
-            charges,
-        });
-    }
-    ledger
 }
 
 fn drs_node(devs: &[Drs], cordon: &str) -> Ledger {
-    let used: Vec<(&str, u32)> = devs.iter().map(|d| (d.id, d.used)).collect();
-    node_of(ENFLAME, devs.iter().map(Drs::info).collect(), &used, cordon)
+    let rows: Vec<Row> = devs.iter().map(Drs::row).collect();
+    table_node(ENFLAME, &rows, cordon)
 }
 
 /// A pod of one container `main` with these limits.
@@ -135,11 +101,11 @@ fn slices(n: u32) -> Pod {
 }
 
 fn fit(ledger: &Ledger, p: &Pod) -> Result<NodeFit, FitFailure> {
-    fit_node(&plan(p), &registry(), ledger.node("n").unwrap())
+    table_fit(&registry(), ledger, p)
 }
 
 fn reason(out: Result<NodeFit, FitFailure>) -> String {
-    out.expect_err("expected no fit").render()
+    table_reason(out)
 }
 
 /// The one device the pod's only container got.
@@ -534,17 +500,8 @@ fn fit_device_cordon() {
     }
 }
 
-fn gcu(id: &str, index: u32) -> DeviceInfo {
-    DeviceInfo {
-        id: id.into(),
-        index,
-        count: 1,
-        mem_mib: 100,
-        cores: 100,
-        dev_type: "GCU".into(),
-        health: true,
-        ..DeviceInfo::default()
-    }
+fn gcu(id: &'static str, index: u32) -> Row {
+    Row::new(id, index, 1, 100, 100, "GCU")
 }
 
 fn gcu_pod(n: u32) -> Pod {
@@ -554,17 +511,14 @@ fn gcu_pod(n: u32) -> Pod {
 #[test]
 fn gcu_fit_device_cordon() {
     let devs = || vec![gcu("dev-0", 0), gcu("dev-1", 1)];
-    let f = fit(&node_of("GCU", devs(), &[], "dev-1, "), &gcu_pod(1)).unwrap();
+    let f = fit(&table_node("GCU", &devs(), "dev-1, "), &gcu_pod(1)).unwrap();
     assert_eq!(given(&f, "GCU").uuid, "dev-0");
     assert_eq!(
-        reason(fit(
-            &node_of("GCU", devs(), &[], "dev-0,dev-1"),
-            &gcu_pod(1)
-        )),
+        reason(fit(&table_node("GCU", &devs(), "dev-0,dev-1"), &gcu_pod(1))),
         "2/2 CardCordoned"
     );
     for cordon in ["", "   "] {
-        let f = fit(&node_of("GCU", devs(), &[], cordon), &gcu_pod(1)).unwrap();
+        let f = fit(&table_node("GCU", &devs(), cordon), &gcu_pod(1)).unwrap();
         assert_eq!(given(&f, "GCU").uuid, "dev-1");
     }
 }
@@ -694,7 +648,7 @@ fn gcu_devices_patch_annotations() {
 fn gcu_devices_fit() {
     let devs = || vec![gcu("dev-0", 0), gcu("dev-1", 1)];
     // "fit success": the last device.
-    let f = fit(&node_of("GCU", devs(), &[], ""), &gcu_pod(1)).unwrap();
+    let f = fit(&table_node("GCU", &devs(), ""), &gcu_pod(1)).unwrap();
     assert_eq!(given(&f, "GCU").uuid, "dev-1");
     // "fit fail: type mismatch"
     let v = vendor("GCU");
@@ -705,9 +659,13 @@ fn gcu_devices_fit() {
         mem_percent: Some(100),
         cores: 100,
     };
-    assert!(!v.type_matches(&gcu("dev-0", 0), &other, &DeviceConstraints::default()));
+    assert!(!v.type_matches(
+        &gcu("dev-0", 0).info(),
+        &other,
+        &DeviceConstraints::default()
+    ));
     // "fit fail: device already used"
-    let used = node_of("GCU", vec![gcu("dev-0", 0)], &[("dev-0", 1)], "");
+    let used = table_node("GCU", &[gcu("dev-0", 0).used(1, 0, 0)], "");
     assert_eq!(
         reason(fit(&used, &gcu_pod(1))),
         "1/1 ExclusiveDeviceAllocateConflict"
@@ -715,14 +673,14 @@ fn gcu_devices_fit() {
     // "fit fail: insufficient devices": HAMi's vendor Fit says
     // "1/1 AllocatedCardsInsufficientRequest"; the whole scheduler refuses the node
     // before, as hami-rs does.
-    let one = node_of("GCU", vec![gcu("dev-0", 0)], &[], "");
+    let one = table_node("GCU", &[gcu("dev-0", 0)], "");
     assert_eq!(reason(fit(&one, &gcu_pod(2))), "NodeInsufficientDevice");
 }
 
 #[test]
 fn gcu_devices_add_resource_usage() {
     // "test add resource usage": one slot, the container's cores and memory.
-    let mut ledger = node_of("GCU", vec![gcu("dev-0", 0)], &[], "");
+    let mut ledger = table_node("GCU", &[gcu("dev-0", 0)], "");
     let devices = BTreeMap::from([(
         "GCU".to_string(),
         vec![vec![ContainerDevice {

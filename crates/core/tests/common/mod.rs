@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(dead_code)]
 
+pub mod hami;
+
 use std::collections::BTreeMap;
 
 use hami_core::config::DeviceConfig;
