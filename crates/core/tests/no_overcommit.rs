@@ -269,7 +269,7 @@ fn family_limits(a: &FamilyAsk) -> Vec<(String, String)> {
                 a.mem.max(1).to_string(),
             ),
         ],
-        5 if a.mem % 2 == 0 => vec![(
+        5 if a.mem.is_multiple_of(2) => vec![(
             "enflame.com/drs-gcu".into(),
             [1, 3, 6][(a.mem as usize / 2) % 3].to_string(),
         )],
