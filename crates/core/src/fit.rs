@@ -192,7 +192,8 @@ pub fn container_device(
         dev_type: vendor.allocated_type(info, req).to_string(),
         mem_mib: p.mem,
         cores: p.cores,
-        slots: p.slots,
+        // One slot is spelled 0, as the device string decodes it.
+        slots: if p.slots > 1 { p.slots } else { 0 },
     }
 }
 
