@@ -1,7 +1,8 @@
 //! HAMi's `TestFit_DeviceCordon` (Project-HAMi/HAMi `pkg/device/<vendor>/
 //! device_cordon_test.go`; `TestSDeviceFit_DeviceCordon` for Metax sGPU) for the families
 //! whose tables share one shape: two idle devices `dev-0`, `dev-1` (100 slots, 128 MiB,
-//! 100 cores) and a request of one device, 64 MiB, 50 cores. Families whose memory
+//! 100 cores) and a request of one device, 64 MiB, 50 cores (AMD: 1000 and 500 MiB, 50 %
+//! of 100 compute units). Families whose memory
 //! resource counts larger units get the table's MiB scaled so the request is one unit
 //! (Iluvatar 256 MiB: × 4; Mthreads 512 MiB: × 8); Metax GPU takes whole GPUs, so its
 //! request is the count alone. Cambricon, Biren, Vastai and Enflame run theirs in their
@@ -22,8 +23,10 @@ struct Case {
     /// The HAMi package the test comes from.
     hami: &'static str,
     vendor: &'static str,
-    /// MiB of the table × this.
-    scale: u32,
+    /// The devices' memory and what the running pod holds of it: the table's MiB,
+    /// scaled for families with larger memory units.
+    totalmem: u32,
+    usedmem: u64,
     limits: &'static [(&'static str, &'static str)],
     /// The "running pods on a cordoned device are unaffected" subcase is in the test.
     running_case: bool,
@@ -33,7 +36,8 @@ const CASES: &[Case] = &[
     Case {
         hami: "nvidia",
         vendor: "NVIDIA",
-        scale: 1,
+        totalmem: 128,
+        usedmem: 64,
         limits: &[
             ("nvidia.com/gpu", "1"),
             ("nvidia.com/gpumem", "64"),
@@ -44,7 +48,8 @@ const CASES: &[Case] = &[
     Case {
         hami: "hygon",
         vendor: "DCU",
-        scale: 1,
+        totalmem: 128,
+        usedmem: 64,
         limits: &[
             ("hygon.com/dcunum", "1"),
             ("hygon.com/dcumem", "64"),
@@ -55,7 +60,8 @@ const CASES: &[Case] = &[
     Case {
         hami: "iluvatar",
         vendor: "MR-V100",
-        scale: 4,
+        totalmem: 512,
+        usedmem: 256,
         limits: &[
             ("iluvatar.ai/MR-V100-vgpu", "1"),
             ("iluvatar.ai/MR-V100.vMem", "1"),
@@ -66,7 +72,8 @@ const CASES: &[Case] = &[
     Case {
         hami: "mthreads",
         vendor: "Mthreads",
-        scale: 8,
+        totalmem: 1024,
+        usedmem: 512,
         limits: &[
             ("mthreads.com/vgpu", "1"),
             ("mthreads.com/sgpu-memory", "1"),
@@ -77,20 +84,34 @@ const CASES: &[Case] = &[
     Case {
         hami: "metax (TestFit_DeviceCordon)",
         vendor: "Metax-GPU",
-        scale: 1,
+        totalmem: 128,
+        usedmem: 64,
         limits: &[("metax-tech.com/gpu", "1")],
         running_case: true,
     },
     Case {
         hami: "metax (TestSDeviceFit_DeviceCordon)",
         vendor: "Metax-SGPU",
-        scale: 1,
+        totalmem: 128,
+        usedmem: 64,
         limits: &[
             ("metax-tech.com/sgpu", "1"),
             ("metax-tech.com/vmemory", "64Mi"),
             ("metax-tech.com/vcore", "50"),
         ],
         running_case: false,
+    },
+    Case {
+        hami: "amd",
+        vendor: "AMD",
+        totalmem: 1000,
+        usedmem: 500,
+        limits: &[
+            ("amd.com/gpu", "1"),
+            ("amd.com/gpumem", "500"),
+            ("amd.com/gpucores", "50"),
+        ],
+        running_case: true,
     },
 ];
 
@@ -103,7 +124,7 @@ fn registry() -> VendorRegistry {
 
 impl Case {
     fn row(&self, id: &'static str, index: u32) -> Row {
-        Row::new(id, index, 100, 128 * self.scale, 100, self.vendor)
+        Row::new(id, index, 100, self.totalmem, 100, self.vendor)
     }
 
     fn pod(&self) -> Pod {
@@ -130,10 +151,7 @@ fn fit_device_cordon() {
         );
         // "running pods on a cordoned device are unaffected"
         if c.running_case {
-            let busy = [
-                c.row("dev-0", 0),
-                c.row("dev-1", 1).used(1, u64::from(64 * c.scale), 50),
-            ];
+            let busy = [c.row("dev-0", 0), c.row("dev-1", 1).used(1, c.usedmem, 50)];
             let n = table_node(v, &busy, "dev-1");
             let f = table_fit(&r, &n, &p).unwrap();
             assert_eq!(table_uuids(&f, v), ["dev-0"], "{}", c.hami);
