@@ -12,7 +12,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::hami::{Row, table_fit, table_node, table_reason, table_uuids};
+use common::hami::{
+    Row, SharedTable, shared_fit_table, table_fit, table_node, table_reason, table_uuids,
+};
 use common::{container, pod, with_annotations};
 use hami_core::config::DeviceConfig;
 use hami_core::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
@@ -267,88 +269,20 @@ fn lock_node() {
     );
 }
 
-// ---- TestDevices_Fit (MiB × 4) ----
+// ---- TestDevices_Fit (MiB × 4): the cases Mthreads' table shares, then its own ----
 
 #[test]
 fn devices_fit() {
     let r = registry();
     let fit = |rows: &[Row], p: &Pod| table_fit(&r, &table_node(MLU, rows, ""), p);
-    // "fit success"
-    let f = fit(
-        &[row("dev-0", 0, 512), row("dev-1", 0, 512)],
-        &ask(1, 256, Some(50)),
-    )
-    .unwrap();
-    assert_eq!(table_uuids(&f, MLU), ["dev-1"]);
-    // "fit fail: memory not enough"
-    assert_eq!(
-        table_reason(fit(&[row("dev-0", 0, 512)], &ask(1, 2048, Some(50)))),
-        "1/1 CardInsufficientMemory"
-    );
-    // "fit fail: core not enough"
-    assert_eq!(
-        table_reason(fit(
-            &[row("dev-0", 0, 4096).used(0, 0, 100)],
-            &ask(1, 2048, Some(50))
-        )),
-        "1/1 CardInsufficientCore"
-    );
-    // "fit fail: type mismatch": see check_type.
-    // "fit fail: user assign use uuid mismatch" / "no use uuid match" ask 2 cards of 1:
-    // the node check answers; with one card asked the UUID lists refuse it.
-    let one = [row("dev-1", 0, 5120)];
-    assert_eq!(
-        table_reason(fit(&one, &ask(2, 2048, Some(50)))),
-        "NodeInsufficientDevice"
-    );
-    let p = with_annotations(
-        ask(1, 2048, Some(50)),
-        &[("cambricon.com/use-gpuuuid", "dev-0")],
-    );
-    assert_eq!(table_reason(fit(&one, &p)), "1/1 CardUuidMismatch");
-    let p = with_annotations(
-        ask(1, 2048, Some(50)),
-        &[("cambricon.com/nouse-gpuuuid", "dev-0")],
-    );
-    assert_eq!(
-        table_reason(fit(&[row("dev-0", 0, 5120)], &p)),
-        "1/1 CardUuidMismatch"
-    );
-    // "fit fail: card overused"
-    assert_eq!(
-        table_reason(fit(
-            &[row("dev-0", 0, 5120).used(100, 0, 0)],
-            &ask(1, 2048, Some(50))
-        )),
-        "1/1 CardTimeSlicingExhausted"
-    );
-    // "fit success: but core limit can't exceed 100"
-    let f = fit(&[row("dev-0", 0, 5120)], &ask(1, 2048, Some(120))).unwrap();
-    assert_eq!(table_uuids(&f, MLU), ["dev-0"]);
-    // "fit fail:  card exclusively"
-    assert_eq!(
-        table_reason(fit(
-            &[row("dev-0", 0, 5120).used(20, 0, 0)],
-            &ask(1, 2048, Some(100))
-        )),
-        "1/1 ExclusiveDeviceAllocateConflict"
-    );
-    // "fit fail:  CardComputeUnitsExhausted"
-    assert_eq!(
-        table_reason(fit(
-            &[row("dev-0", 0, 5120).used(20, 0, 100)],
-            &ask(1, 2048, Some(0))
-        )),
-        "1/1 CardComputeUnitsExhausted"
-    );
-    // "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1): the node check.
-    assert_eq!(
-        table_reason(fit(
-            &[row("dev-0", 0, 5120).used(20, 0, 10)],
-            &ask(2, 2048, Some(20))
-        )),
-        "NodeInsufficientDevice"
-    );
+    shared_fit_table(&SharedTable {
+        registry: &r,
+        vendor: MLU,
+        scale: 4,
+        ask: &ask,
+        use_uuid: "cambricon.com/use-gpuuuid",
+        nouse_uuid: "cambricon.com/nouse-gpuuuid",
+    });
     // "fit success:  memory percentage": Cambricon has no percentage resource; a
     // container naming no memory asks for the whole card, which a used card refuses.
     // "mutex policy rejects used device"

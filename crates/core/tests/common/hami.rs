@@ -12,6 +12,8 @@ use hami_core::model::DeviceInfo;
 use hami_core::vendor::VendorRegistry;
 use k8s_openapi::api::core::v1::Pod;
 
+use super::with_annotations;
+
 /// One row of a HAMi `DeviceUsage` table.
 #[derive(Debug, Clone)]
 pub struct Row {
@@ -136,4 +138,110 @@ pub fn table_uuids(fit: &NodeFit, vendor: &str) -> Vec<String> {
 /// HAMi's reason text of a failed fit.
 pub fn table_reason(out: Result<NodeFit, FitFailure>) -> String {
     out.expect_err("expected no fit").render()
+}
+
+/// `TestDevices_Fit` of HAMi's Cambricon and Mthreads tables (the same cases in both).
+/// The table's MiB are multiplied by `scale` so that its 64 MiB are one unit of the
+/// family's memory resource.
+pub struct SharedTable<'a> {
+    pub registry: &'a VendorRegistry,
+    pub vendor: &'static str,
+    pub scale: u32,
+    /// A pod of one container asking `n` devices, MiB, cores (`None`: not given).
+    pub ask: &'a dyn Fn(u32, u32, Option<u32>) -> Pod,
+    pub use_uuid: &'static str,
+    pub nouse_uuid: &'static str,
+}
+
+fn row(t: &SharedTable<'_>, id: &'static str, index: u32, totalmem: u32) -> Row {
+    Row::new(id, index, 100, totalmem * t.scale, 100, t.vendor)
+}
+
+/// Runs the shared cases; a request for more cards than the node has gets the node
+/// check's answer (`NodeInsufficientDevice`).
+pub fn shared_fit_table(t: &SharedTable<'_>) {
+    let fit = |rows: &[Row], p: &Pod| table_fit(t.registry, &table_node(t.vendor, rows, ""), p);
+    // "fit success"
+    let f = fit(
+        &[row(t, "dev-0", 0, 128), row(t, "dev-1", 0, 128)],
+        &(t.ask)(1, 64 * t.scale, Some(50)),
+    )
+    .unwrap();
+    assert_eq!(table_uuids(&f, t.vendor), ["dev-1"]);
+    // "fit fail: memory not enough"
+    assert_eq!(
+        table_reason(fit(
+            &[row(t, "dev-0", 0, 128)],
+            &(t.ask)(1, 512 * t.scale, Some(50))
+        )),
+        "1/1 CardInsufficientMemory"
+    );
+    // "fit fail: core not enough"
+    assert_eq!(
+        table_reason(fit(
+            &[row(t, "dev-0", 0, 1024).used(0, 0, 100)],
+            &(t.ask)(1, 512 * t.scale, Some(50))
+        )),
+        "1/1 CardInsufficientCore"
+    );
+    // "fit fail: type mismatch": see check_type.
+    // "fit fail: user assign use uuid mismatch" / "no use uuid match" ask 2 cards of 1:
+    // the node check answers; with one card asked the UUID lists refuse it.
+    let one = [row(t, "dev-1", 0, 1280)];
+    assert_eq!(
+        table_reason(fit(&one, &(t.ask)(2, 512 * t.scale, Some(50)))),
+        "NodeInsufficientDevice"
+    );
+    let p = with_annotations(
+        (t.ask)(1, 512 * t.scale, Some(50)),
+        &[(t.use_uuid, "dev-0")],
+    );
+    assert_eq!(table_reason(fit(&one, &p)), "1/1 CardUuidMismatch");
+    let p = with_annotations(
+        (t.ask)(1, 512 * t.scale, Some(50)),
+        &[(t.nouse_uuid, "dev-0")],
+    );
+    assert_eq!(
+        table_reason(fit(&[row(t, "dev-0", 0, 1280)], &p)),
+        "1/1 CardUuidMismatch"
+    );
+    // "fit fail: card overused"
+    assert_eq!(
+        table_reason(fit(
+            &[row(t, "dev-0", 0, 1280).used(100, 0, 0)],
+            &(t.ask)(1, 512 * t.scale, Some(50))
+        )),
+        "1/1 CardTimeSlicingExhausted"
+    );
+    // "fit success: but core limit can't exceed 100"
+    let f = fit(
+        &[row(t, "dev-0", 0, 1280)],
+        &(t.ask)(1, 512 * t.scale, Some(120)),
+    )
+    .unwrap();
+    assert_eq!(table_uuids(&f, t.vendor), ["dev-0"]);
+    // "fit fail:  card exclusively"
+    assert_eq!(
+        table_reason(fit(
+            &[row(t, "dev-0", 0, 1280).used(20, 0, 0)],
+            &(t.ask)(1, 512 * t.scale, Some(100))
+        )),
+        "1/1 ExclusiveDeviceAllocateConflict"
+    );
+    // "fit fail:  CardComputeUnitsExhausted"
+    assert_eq!(
+        table_reason(fit(
+            &[row(t, "dev-0", 0, 1280).used(20, 0, 100)],
+            &(t.ask)(1, 512 * t.scale, Some(0))
+        )),
+        "1/1 CardComputeUnitsExhausted"
+    );
+    // "fit fail:  AllocatedCardsInsufficientRequest" (2 of 1): the node check.
+    assert_eq!(
+        table_reason(fit(
+            &[row(t, "dev-0", 0, 1280).used(20, 0, 10)],
+            &(t.ask)(2, 512 * t.scale, Some(20))
+        )),
+        "NodeInsufficientDevice"
+    );
 }
