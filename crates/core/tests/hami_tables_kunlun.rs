@@ -103,3 +103,219 @@ fn interconnect_unsupported_count() {
     ));
     assert!(r.contains("NumaNotFit"), "{r}");
 }
+
+// ---- vdevice_test.go (Kunlunxin vXPU, `XPU`) ----
+
+const XPU: &str = "XPU";
+
+fn vxpu() -> std::sync::Arc<dyn hami_core::vendor::Vendor> {
+    registry().get(XPU).unwrap().clone()
+}
+
+fn vctr(
+    limits: &[(&str, &str)],
+    requests: &[(&str, &str)],
+) -> k8s_openapi::api::core::v1::Container {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let q = |pairs: &[(&str, &str)]| {
+        Some(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+        )
+    };
+    k8s_openapi::api::core::v1::Container {
+        name: "c".into(),
+        resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+            limits: q(limits),
+            requests: q(requests),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn vxpu_init_keys() {
+    // Test_InitKunlunVDevice, Test_CommonWord
+    let v = vxpu();
+    assert_eq!(v.common_word(), "XPU");
+    assert_eq!(
+        v.to_allocate_annotation(),
+        Some("hami.io/xpu-devices-to-allocate")
+    );
+    assert_eq!(v.allocated_annotation(), "hami.io/xpu-devices-allocated");
+    assert_eq!(v.handshake_annotation(), Some("hami.io/node-handshake-xpu"));
+}
+
+#[test]
+fn vxpu_trim_memory() {
+    // Test_trimMemory, through the request reading (a request of 0 MiB is no memory).
+    let v = vxpu();
+    for (asked, size) in [
+        ("24576", 24576),
+        ("24577", 49152),
+        ("49152", 49152),
+        ("49153", 98304),
+        ("200000", 98304),
+    ] {
+        let c = vctr(
+            &[
+                ("kunlunxin.com/vxpu", "1"),
+                ("kunlunxin.com/vxpu-memory", asked),
+            ],
+            &[],
+        );
+        let r = v
+            .container_request(&c, &Default::default())
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.mem_mib, size, "{asked}");
+    }
+}
+
+#[test]
+fn vxpu_mutate_admission() {
+    let v = vxpu();
+    // "no vcount limit"
+    assert!(
+        !v.mutate_admission(&mut vctr(&[], &[]), &Default::default())
+            .unwrap()
+            .uses
+    );
+    // "vcount without vmemory"
+    assert!(
+        v.mutate_admission(
+            &mut vctr(&[("kunlunxin.com/vxpu", "1")], &[]),
+            &Default::default()
+        )
+        .unwrap()
+        .uses
+    );
+    // "vcount with vmemory gets trimmed", "... and nil requests does not panic"
+    let mut c = vctr(
+        &[
+            ("kunlunxin.com/vxpu", "1"),
+            ("kunlunxin.com/vxpu-memory", "30000"),
+        ],
+        &[],
+    );
+    assert!(
+        v.mutate_admission(&mut c, &Default::default())
+            .unwrap()
+            .uses
+    );
+    let r = c.resources.unwrap();
+    assert_eq!(r.limits.unwrap()["kunlunxin.com/vxpu-memory"].0, "49152");
+    assert_eq!(r.requests.unwrap()["kunlunxin.com/vxpu-memory"].0, "49152");
+}
+
+#[test]
+fn vxpu_get_node_devices() {
+    let v = vxpu();
+    let decode = |value: Option<&str>| {
+        let a: hami_core::vendor::Annotations = value
+            .map(|v| ("hami.io/node-register-xpu".to_string(), v.to_string()))
+            .into_iter()
+            .collect();
+        v.decode_inventory(&hami_core::vendor::NodeView::annotations_only("n", &a))
+    };
+    // "annotation missing"
+    assert!(decode(None).is_none());
+    // "invalid json"
+    assert!(decode(Some("not-json")).unwrap().is_err());
+    // "empty device list": no device, the family out on the node.
+    assert!(decode(Some("[]")).unwrap().map_or(true, |d| d.is_empty()));
+    // "valid devices get vendor tagged"
+    let got = decode(Some(
+        r#"[{"id":"xpu-0","index":0,"count":1,"devmem":98304,"devcore":100,"type":"XPU","health":true}]"#,
+    ))
+    .unwrap()
+    .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].dev_type, "XPU");
+}
+
+#[test]
+fn vxpu_generate_resource_requests() {
+    let v = vxpu();
+    let read = |c| v.container_request(&c, &Default::default()).unwrap();
+    // "no vcount requested"
+    assert!(read(vctr(&[], &[])).is_none());
+    // "vcount without memory defaults to full device"
+    let r = read(vctr(&[("kunlunxin.com/vxpu", "1")], &[])).unwrap();
+    assert_eq!((r.count, r.dev_type.as_str(), r.cores), (1, "XPU", 100));
+    assert_eq!(r.memory_on(98304), 98304);
+    // "vcount with memory from requests fallback"
+    let r = read(vctr(
+        &[],
+        &[
+            ("kunlunxin.com/vxpu", "2"),
+            ("kunlunxin.com/vxpu-memory", "24576"),
+        ],
+    ))
+    .unwrap();
+    assert_eq!((r.count, r.mem_mib, r.cores), (2, 24576, 25));
+}
+
+#[test]
+fn vxpu_add_resource_usage() {
+    // Test_KunlunVDevices_AddResourceUsage
+    let mut ledger = table_node(
+        XPU,
+        &[Row::new("xpu-0", 0, 4, 98304, 100, XPU).used(1, 1000, 10)],
+        "",
+    );
+    let devices = std::collections::BTreeMap::from([(
+        XPU.to_string(),
+        vec![vec![hami_core::model::ContainerDevice {
+            idx: 0,
+            uuid: "xpu-0".into(),
+            dev_type: XPU.into(),
+            mem_mib: 2000,
+            cores: 20,
+            slots: 0,
+        }]],
+    )]);
+    ledger.apply_pod(hami_core::ledger::PodRecord::from_devices(
+        "u",
+        "default",
+        "p",
+        "n",
+        &devices,
+        &[],
+    ));
+    let u = &ledger.node("n").unwrap().device_usage()[0];
+    assert_eq!((u.used, u.cores_used, u.mem_used), (2, 30, 3000));
+}
+
+#[test]
+fn vxpu_fit_direct() {
+    // Test_FitVXPU_direct, through the fit (one XPU of 98304 MiB, a vXPU of the size).
+    let r = registry();
+    let ask = |mem: &str| {
+        pod(
+            "p",
+            vec![container(
+                "main",
+                &[
+                    ("kunlunxin.com/vxpu", "1"),
+                    ("kunlunxin.com/vxpu-memory", mem),
+                ],
+            )],
+        )
+    };
+    let fits = |used: u32, usedmem: u64, mem: &str| {
+        let row = Row::new("xpu-0", 0, 4, 98304, 100, XPU).used(used, usedmem, 0);
+        table_fit(&r, &table_node(XPU, &[row], ""), &ask(mem)).is_ok()
+    };
+    // "would exceed total memory"
+    assert!(!fits(1, 90000, "20000"));
+    // "idle device always fits"
+    assert!(fits(0, 0, "24576"));
+    // "shared device with matching average memory"
+    assert!(fits(2, 49152, "24576"));
+    // "shared device with mismatched average memory"
+    assert!(!fits(1, 49152, "24576"));
+}
