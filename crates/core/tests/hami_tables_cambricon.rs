@@ -13,7 +13,8 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::hami::{
-    Row, SharedTable, shared_fit_table, table_fit, table_node, table_reason, table_uuids,
+    Row, SharedTable, shared_add_resource_usage, shared_fit_table, table_fit, table_node,
+    table_reason, table_uuids,
 };
 use common::{container, pod, with_annotations};
 use hami_core::config::DeviceConfig;
@@ -316,33 +317,7 @@ fn devices_fit() {
 
 #[test]
 fn add_resource_usage() {
-    // "test add resource usage"
-    let mut ledger = table_node(
-        MLU,
-        &[Row::new("dev-0", 0, 100, 40960, 100, MLU).used(0, 2000, 15)],
-        "",
-    );
-    let devices = BTreeMap::from([(
-        MLU.to_string(),
-        vec![vec![ContainerDevice {
-            idx: 0,
-            uuid: "dev-0".into(),
-            dev_type: MLU.into(),
-            mem_mib: 1024,
-            cores: 50,
-            slots: 0,
-        }]],
-    )]);
-    ledger.apply_pod(hami_core::ledger::PodRecord::from_devices(
-        "u",
-        "default",
-        "p",
-        "n",
-        &devices,
-        &[],
-    ));
-    let u = &ledger.node("n").unwrap().device_usage()[0];
-    assert_eq!((u.used, u.cores_used, u.mem_used), (1, 65, 3024));
+    shared_add_resource_usage(MLU);
 }
 
 // ---- device_cordon_test.go: TestFit_DeviceCordon ----

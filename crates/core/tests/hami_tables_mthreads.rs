@@ -9,7 +9,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::hami::{Row, SharedTable, shared_fit_table, table_fit, table_node};
+use common::hami::{
+    Row, SharedTable, shared_add_resource_usage, shared_fit_table, table_fit, table_node,
+};
 use common::{container, pod, registry};
 use hami_core::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use hami_core::vendor::{AllocationContext, Annotations, DeviceConstraints, NodeView, Vendor};
@@ -264,30 +266,5 @@ fn devices_fit() {
 
 #[test]
 fn add_resource_usage() {
-    let mut ledger = table_node(
-        MT,
-        &[Row::new("dev-0", 0, 100, 8192, 100, MT).used(0, 2000, 15)],
-        "",
-    );
-    let devices = BTreeMap::from([(
-        MT.to_string(),
-        vec![vec![ContainerDevice {
-            idx: 0,
-            uuid: "dev-0".into(),
-            dev_type: MT.into(),
-            mem_mib: 1024,
-            cores: 50,
-            slots: 0,
-        }]],
-    )]);
-    ledger.apply_pod(hami_core::ledger::PodRecord::from_devices(
-        "u",
-        "default",
-        "p",
-        "n",
-        &devices,
-        &[],
-    ));
-    let u = &ledger.node("n").unwrap().device_usage()[0];
-    assert_eq!((u.used, u.cores_used, u.mem_used), (1, 65, 3024));
+    shared_add_resource_usage(MT);
 }

@@ -245,3 +245,35 @@ pub fn shared_fit_table(t: &SharedTable<'_>) {
         "NodeInsufficientDevice"
     );
 }
+
+/// `TestDevices_AddResourceUsage` of the same tables: a container of 1024 MiB and 50
+/// cores on a device holding 2000 MiB and 15 cores takes one more slot and adds both.
+pub fn shared_add_resource_usage(vendor: &'static str) {
+    let row = Row::new("dev-0", 0, 100, 40960, 100, vendor).used(0, 2000, 15);
+    let mut ledger = table_node(vendor, &[row], "");
+    let devices = std::collections::BTreeMap::from([(
+        vendor.to_string(),
+        vec![vec![hami_core::model::ContainerDevice {
+            idx: 0,
+            uuid: "dev-0".into(),
+            dev_type: vendor.into(),
+            mem_mib: 1024,
+            cores: 50,
+            slots: 0,
+        }]],
+    )]);
+    ledger.apply_pod(PodRecord::from_devices(
+        "u",
+        "default",
+        "p",
+        "n",
+        &devices,
+        &[],
+    ));
+    let u = &ledger.node("n").unwrap().device_usage()[0];
+    assert_eq!(
+        (u.used, u.cores_used, u.mem_used),
+        (1, 65, 3024),
+        "{vendor}"
+    );
+}
