@@ -13,13 +13,14 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::hami::{Row, table_fit, table_node, table_reason, table_uuids};
-use common::{container, pod, registry, with_annotations};
+use common::hami::{
+    Row, book_one, table_fit, table_node, table_reason, table_uuids, type_check, usage_of,
+};
+use common::{container, container_with, pod, registry, with_annotations};
 use hami_core::codec::encode_pod_single_device;
-use hami_core::model::{ContainerDevice, ContainerDeviceRequest};
-use hami_core::vendor::{Annotations, DeviceConstraints, NodeView, Vendor};
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use hami_core::model::ContainerDevice;
+use hami_core::vendor::{Annotations, NodeView, Vendor};
+use k8s_openapi::api::core::v1::{Container, Pod};
 
 /// What differs between the two families' tables.
 struct Family {
@@ -65,32 +66,13 @@ impl Family {
     }
 }
 
-fn ctr(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
-    let q = |pairs: &[(&str, &str)]| {
-        Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect::<BTreeMap<_, _>>(),
-        )
-    };
-    Container {
-        resources: Some(ResourceRequirements {
-            limits: q(limits),
-            requests: q(requests),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 // ---- Test_MutateAdmission ----
 
 #[test]
 fn mutate_admission() {
     for f in BOTH {
         // "set to resource limits"
-        let mut c = ctr(&[(f.resource, "1")], &[]);
+        let mut c = container_with("c", &[(f.resource, "1")], &[]);
         assert!(
             f.vendor()
                 .mutate_admission(&mut c, &Annotations::new())
@@ -148,19 +130,8 @@ fn get_node_devices() {
 #[test]
 fn check_type() {
     for f in BOTH {
-        let v = f.vendor();
-        let d = f.row("dev-0", 0).info();
-        let r = |t: &str| ContainerDeviceRequest {
-            count: 1,
-            dev_type: t.into(),
-            mem_mib: 0,
-            mem_percent: None,
-            cores: 0,
-        };
-        let c = DeviceConstraints::default();
         // "the same type", "the different type"
-        assert!(v.type_matches(&d, &r(f.key), &c));
-        assert!(!v.type_matches(&d, &r("test"), &c));
+        type_check(f.vendor().as_ref(), f.key, "test");
     }
 }
 
@@ -200,12 +171,12 @@ fn generate_resource_requests() {
         let v = f.vendor();
         let read = |c: &Container| v.container_request(c, &Annotations::new()).unwrap();
         // "don't set to limits and request"
-        assert!(read(&ctr(&[], &[])).is_none());
+        assert!(read(&container_with("c", &[], &[])).is_none());
         // "set to limits and request", "only set to limits", "only set to request"
         for c in [
-            ctr(&[(f.resource, "1")], &[(f.resource, "1")]),
-            ctr(&[(f.resource, "1")], &[]),
-            ctr(&[], &[(f.resource, "1")]),
+            container_with("c", &[(f.resource, "1")], &[(f.resource, "1")]),
+            container_with("c", &[(f.resource, "1")], &[]),
+            container_with("c", &[], &[(f.resource, "1")]),
         ] {
             let r = read(&c).unwrap();
             assert_eq!(
@@ -298,27 +269,8 @@ fn add_resource_usage() {
         // "test add resource usage": one more slot, nothing else.
         let row = Row::new("dev-0", 0, 4, 0, 0, f.key).used(1, 0, 0);
         let mut ledger = table_node(f.key, &[row], "");
-        let devices = BTreeMap::from([(
-            f.key.to_string(),
-            vec![vec![ContainerDevice {
-                idx: 0,
-                uuid: "dev-0".into(),
-                dev_type: f.key.into(),
-                mem_mib: 0,
-                cores: 0,
-                slots: 0,
-            }]],
-        )]);
-        ledger.apply_pod(hami_core::ledger::PodRecord::from_devices(
-            "u",
-            "default",
-            "p",
-            "n",
-            &devices,
-            &[],
-        ));
-        let u = &ledger.node("n").unwrap().device_usage()[0];
-        assert_eq!((u.used, u.cores_used, u.mem_used), (2, 0, 0));
+        book_one(&mut ledger, f.key, "dev-0", 0, 0);
+        assert_eq!(usage_of(&ledger, 0), (2, 0, 0));
     }
 }
 

@@ -14,16 +14,16 @@ use std::collections::BTreeMap;
 
 use common::hami::{
     Row, SharedTable, shared_add_resource_usage, shared_fit_table, table_fit, table_node,
-    table_reason, table_uuids,
+    table_reason, table_uuids, type_check,
 };
-use common::{container, pod, with_annotations};
+use common::{container, container_with, pod, with_annotations};
 use hami_core::config::DeviceConfig;
-use hami_core::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
+use hami_core::model::{ContainerDevice, ContainerDeviceRequest};
 use hami_core::vendor::{
     AllocationContext, Annotations, DeviceConstraints, NodeLockRule, NodeView, Vendor,
     VendorRegistry,
 };
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 const MLU: &str = "MLU";
@@ -41,22 +41,6 @@ fn registry() -> VendorRegistry {
 
 fn mlu() -> std::sync::Arc<dyn Vendor> {
     registry().get(MLU).unwrap().clone()
-}
-
-fn ctr(limits: &[(&str, &str)]) -> Container {
-    Container {
-        name: "c".into(),
-        resources: Some(ResourceRequirements {
-            limits: Some(
-                limits
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                    .collect(),
-            ),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 /// One container asking `n` MLUs, `mem_mib` MiB (0: none given), `cores` (`None`: none
@@ -116,7 +100,7 @@ fn get_node_devices() {
 #[test]
 fn mutate_admission() {
     // "set to resources limits"
-    let mut c = ctr(&[(COUNT, "1")]);
+    let mut c = container_with("c", &[(COUNT, "1")], &[]);
     assert!(
         mlu()
             .mutate_admission(&mut c, &Annotations::new())
@@ -129,18 +113,8 @@ fn mutate_admission() {
 
 #[test]
 fn check_type() {
-    let v = mlu();
-    let r = |t: &str| ContainerDeviceRequest {
-        count: 1,
-        dev_type: t.into(),
-        mem_mib: 0,
-        mem_percent: None,
-        cores: 0,
-    };
-    let (d, c) = (DeviceInfo::default(), DeviceConstraints::default());
     // "the same type", "the different type"
-    assert!(v.type_matches(&d, &r(MLU), &c));
-    assert!(!v.type_matches(&d, &r("TEST"), &c));
+    type_check(mlu().as_ref(), MLU, "TEST");
 }
 
 // ---- Test_GenerateResourceRequests ----
@@ -148,7 +122,9 @@ fn check_type() {
 #[test]
 fn generate_resource_requests() {
     let v = mlu();
-    let read = |limits: &[(&str, &str)]| v.container_request(&ctr(limits), &Annotations::new());
+    let read = |limits: &[(&str, &str)]| {
+        v.container_request(&container_with("c", limits, &[]), &Annotations::new())
+    };
     let shape =
         |r: ContainerDeviceRequest| (r.count, r.dev_type, r.mem_mib, r.mem_percent, r.cores);
     // "don't set to limits and request"

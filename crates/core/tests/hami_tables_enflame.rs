@@ -13,8 +13,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::hami::{Row, table_fit, table_node, table_reason};
-use common::{container, plan, pod, registry, with_annotations};
+use common::hami::{Row, book_one, table_fit, table_node, table_reason, type_check, usage_of};
+use common::{container, container_with, plan, pod, registry, with_annotations};
 use hami_core::accounting::DeviceCharge;
 use hami_core::codec::{decode_pod_single_device, encode_pod_single_device};
 use hami_core::engine::{NodeFit, allocation_annotations};
@@ -23,7 +23,7 @@ use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
 use hami_core::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
 use hami_core::vendor::enflame_drs::{self, ENFLAME, decode_drs_capacity};
 use hami_core::vendor::{Annotations, DeviceConstraints, HealthRule, NodeView, Vendor};
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use serde_json::{Value, json};
 
@@ -126,26 +126,6 @@ fn fit_and_book(ledger: &mut Ledger, p: &Pod, uid: &str) -> Result<ContainerDevi
     Ok(d)
 }
 
-fn ctr(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
-    let q = |pairs: &[(&str, &str)]| {
-        (!pairs.is_empty()).then(|| {
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect::<BTreeMap<_, _>>()
-        })
-    };
-    Container {
-        name: "testctr".into(),
-        resources: Some(ResourceRequirements {
-            limits: q(limits),
-            requests: q(requests),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 fn request(v: &dyn Vendor, c: &Container) -> Option<ContainerDeviceRequest> {
     v.container_request(c, &Annotations::new()).unwrap()
 }
@@ -169,20 +149,8 @@ fn get_node_devices_drs_annotation() {
 
 #[test]
 fn check_type() {
-    let v = vendor(ENFLAME);
-    let d = DeviceInfo::default();
-    let c = DeviceConstraints::default();
-    let r = |t: &str| ContainerDeviceRequest {
-        count: 1,
-        dev_type: t.into(),
-        mem_mib: 0,
-        mem_percent: None,
-        cores: 0,
-    };
-    // "the same type"
-    assert!(v.type_matches(&d, &r("Enflame"), &c));
-    // "the different type"
-    assert!(!v.type_matches(&d, &r("test123"), &c));
+    // "the same type", "the different type"
+    type_check(vendor(ENFLAME).as_ref(), "Enflame", "test123");
 }
 
 // ---- device_test.go: TestGenerateResourceRequests, _ByMemoryCore,
@@ -191,14 +159,19 @@ fn check_type() {
 #[test]
 fn generate_resource_requests() {
     let v = vendor(ENFLAME);
-    let r = request(v.as_ref(), &ctr(&[("enflame.com/drs-gcu", "3")], &[])).unwrap();
+    let r = request(
+        v.as_ref(),
+        &container_with("testctr", &[("enflame.com/drs-gcu", "3")], &[]),
+    )
+    .unwrap();
     assert_eq!((r.count, r.mem_mib, r.dev_type.as_str()), (1, 3, "Enflame"));
     // HAMi's enflameRequestModeDirect.
     assert_eq!(r.mem_percent, Some(0));
 
     let r = request(
         v.as_ref(),
-        &ctr(
+        &container_with(
+            "testctr",
             &[
                 ("enflame.com/gcu-memory", "20480"),
                 ("enflame.com/gcu-core", "40"),
@@ -216,7 +189,8 @@ fn generate_resource_requests() {
 fn generate_resource_requests_cores_validation() {
     let v = vendor(ENFLAME);
     for cores in ["0", "50", "100"] {
-        let c = ctr(
+        let c = container_with(
+            "testctr",
             &[
                 ("enflame.com/gcu-memory", "20480"),
                 ("enflame.com/gcu-core", cores),
@@ -229,7 +203,8 @@ fn generate_resource_requests_cores_validation() {
     // HAMi drops these requests (no device asked); hami-rs refuses them naming the
     // container, as it does every out-of-range request (docs/vendors.md#fit).
     for cores in ["101", "150", "200", "-1"] {
-        let c = ctr(
+        let c = container_with(
+            "testctr",
             &[
                 ("enflame.com/gcu-memory", "20480"),
                 ("enflame.com/gcu-core", cores),
@@ -268,7 +243,8 @@ fn fit_select_profile_by_request() {
 #[test]
 fn mutate_admission_by_memory_core_api() {
     let v = vendor(ENFLAME);
-    let mut c = ctr(
+    let mut c = container_with(
+        "testctr",
         &[
             ("enflame.com/gcu-memory", "20480"),
             ("enflame.com/gcu-core", "50"),
@@ -592,13 +568,13 @@ fn gcu_devices_check_health() {
 #[test]
 fn gcu_devices_mutate_admission() {
     let v = vendor("GCU");
-    let mut c = ctr(&[("enflame.com/gcu", "2")], &[]);
+    let mut c = container_with("testctr", &[("enflame.com/gcu", "2")], &[]);
     assert!(
         v.mutate_admission(&mut c, &Annotations::new())
             .unwrap()
             .uses
     );
-    let mut c = ctr(&[], &[]);
+    let mut c = container_with("testctr", &[], &[]);
     assert!(
         !v.mutate_admission(&mut c, &Annotations::new())
             .unwrap()
@@ -609,14 +585,22 @@ fn gcu_devices_mutate_admission() {
 #[test]
 fn gcu_devices_generate_resource_requests() {
     let v = vendor("GCU");
-    let r = request(v.as_ref(), &ctr(&[("enflame.com/gcu", "3")], &[])).unwrap();
+    let r = request(
+        v.as_ref(),
+        &container_with("testctr", &[("enflame.com/gcu", "3")], &[]),
+    )
+    .unwrap();
     assert_eq!(
         (r.count, r.mem_mib, r.cores, r.dev_type.as_str()),
         (3, 100, 100, "GCU")
     );
-    let r = request(v.as_ref(), &ctr(&[], &[("enflame.com/gcu", "2")])).unwrap();
+    let r = request(
+        v.as_ref(),
+        &container_with("testctr", &[], &[("enflame.com/gcu", "2")]),
+    )
+    .unwrap();
     assert_eq!((r.count, r.mem_mib, r.cores), (2, 100, 100));
-    assert!(request(v.as_ref(), &ctr(&[], &[])).is_none());
+    assert!(request(v.as_ref(), &container_with("testctr", &[], &[])).is_none());
 }
 
 #[test]
@@ -681,27 +665,8 @@ fn gcu_devices_fit() {
 fn gcu_devices_add_resource_usage() {
     // "test add resource usage": one slot, the container's cores and memory.
     let mut ledger = table_node("GCU", &[gcu("dev-0", 0)], "");
-    let devices = BTreeMap::from([(
-        "GCU".to_string(),
-        vec![vec![ContainerDevice {
-            idx: 0,
-            uuid: "dev-0".into(),
-            dev_type: "GCU".into(),
-            mem_mib: 100,
-            cores: 50,
-            slots: 0,
-        }]],
-    )]);
-    ledger.apply_pod(PodRecord::from_devices(
-        "u",
-        "default",
-        "p",
-        "n",
-        &devices,
-        &[],
-    ));
-    let u = &ledger.node("n").unwrap().device_usage()[0];
-    assert_eq!((u.used, u.cores_used, u.mem_used), (1, 50, 100));
+    book_one(&mut ledger, "GCU", "dev-0", 100, 50);
+    assert_eq!(usage_of(&ledger, 0), (1, 50, 100));
 }
 
 /// The module's own helpers agree with HAMi's profile parsing (`parseProfile`).
@@ -865,27 +830,38 @@ fn drs_legacy_vgcu_name_stands_for_an_empty_drs_name() {
 fn drs_requests_read_limits_then_requests() {
     let v = vendor(ENFLAME);
     // The count in requests only.
-    let r = request(v.as_ref(), &ctr(&[], &[("enflame.com/drs-gcu", "6")])).unwrap();
+    let r = request(
+        v.as_ref(),
+        &container_with("testctr", &[], &[("enflame.com/drs-gcu", "6")]),
+    )
+    .unwrap();
     assert_eq!((r.mem_mib, r.mem_percent), (6, Some(0)));
     // A zero count falls back to memory and compute, as in HAMi.
     let r = request(
         v.as_ref(),
-        &ctr(
+        &container_with(
+            "testctr",
             &[("enflame.com/drs-gcu", "0"), ("enflame.com/gcu-core", "30")],
             &[],
         ),
     )
     .unwrap();
     assert_eq!((r.mem_mib, r.mem_percent, r.cores), (0, None, 30));
-    assert!(request(v.as_ref(), &ctr(&[("enflame.com/drs-gcu", "0")], &[])).is_none());
-    assert!(request(v.as_ref(), &ctr(&[("cpu", "1")], &[])).is_none());
+    assert!(
+        request(
+            v.as_ref(),
+            &container_with("testctr", &[("enflame.com/drs-gcu", "0")], &[])
+        )
+        .is_none()
+    );
+    assert!(request(v.as_ref(), &container_with("testctr", &[("cpu", "1")], &[])).is_none());
     // Malformed values are refused naming the container.
     for bad in [
         ("enflame.com/gcu-memory", "-1"),
         ("enflame.com/gcu-memory", "20Gi"),
     ] {
         let err = v
-            .container_request(&ctr(&[bad], &[]), &Annotations::new())
+            .container_request(&container_with("testctr", &[bad], &[]), &Annotations::new())
             .unwrap_err();
         assert!(err.to_string().contains("testctr"), "{err}");
     }
@@ -1033,7 +1009,7 @@ fn drs_annotations_byte_for_byte() {
 fn drs_admission_follows_hamis_rules_and_texts() {
     let v = vendor(ENFLAME);
     let admit = |limits: &[(&str, &str)], requests: &[(&str, &str)]| {
-        let mut c = ctr(limits, requests);
+        let mut c = container_with("testctr", limits, requests);
         v.mutate_admission(&mut c, &Annotations::new())
             .map(|a| (a.uses, c))
     };

@@ -10,8 +10,8 @@
 
 mod common;
 
-use common::hami::{Row, table_fit, table_node, table_reason};
-use common::{container, pod, registry};
+use common::hami::{Row, book_one, table_fit, table_node, table_reason, usage_of};
+use common::{container, container_with, pod, registry};
 use k8s_openapi::api::core::v1::Pod;
 
 const KUNLUN: &str = "kunlun";
@@ -112,30 +112,6 @@ fn vxpu() -> std::sync::Arc<dyn hami_core::vendor::Vendor> {
     registry().get(XPU).unwrap().clone()
 }
 
-fn vctr(
-    limits: &[(&str, &str)],
-    requests: &[(&str, &str)],
-) -> k8s_openapi::api::core::v1::Container {
-    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-    let q = |pairs: &[(&str, &str)]| {
-        Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect::<std::collections::BTreeMap<_, _>>(),
-        )
-    };
-    k8s_openapi::api::core::v1::Container {
-        name: "c".into(),
-        resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
-            limits: q(limits),
-            requests: q(requests),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
 #[test]
 fn vxpu_init_keys() {
     // Test_InitKunlunVDevice, Test_CommonWord
@@ -160,7 +136,8 @@ fn vxpu_trim_memory() {
         ("49153", 98304),
         ("200000", 98304),
     ] {
-        let c = vctr(
+        let c = container_with(
+            "c",
             &[
                 ("kunlunxin.com/vxpu", "1"),
                 ("kunlunxin.com/vxpu-memory", asked),
@@ -180,21 +157,22 @@ fn vxpu_mutate_admission() {
     let v = vxpu();
     // "no vcount limit"
     assert!(
-        !v.mutate_admission(&mut vctr(&[], &[]), &Default::default())
+        !v.mutate_admission(&mut container_with("c", &[], &[]), &Default::default())
             .unwrap()
             .uses
     );
     // "vcount without vmemory"
     assert!(
         v.mutate_admission(
-            &mut vctr(&[("kunlunxin.com/vxpu", "1")], &[]),
+            &mut container_with("c", &[("kunlunxin.com/vxpu", "1")], &[]),
             &Default::default()
         )
         .unwrap()
         .uses
     );
     // "vcount with vmemory gets trimmed", "... and nil requests does not panic"
-    let mut c = vctr(
+    let mut c = container_with(
+        "c",
         &[
             ("kunlunxin.com/vxpu", "1"),
             ("kunlunxin.com/vxpu-memory", "30000"),
@@ -242,13 +220,14 @@ fn vxpu_generate_resource_requests() {
     let v = vxpu();
     let read = |c| v.container_request(&c, &Default::default()).unwrap();
     // "no vcount requested"
-    assert!(read(vctr(&[], &[])).is_none());
+    assert!(read(container_with("c", &[], &[])).is_none());
     // "vcount without memory defaults to full device"
-    let r = read(vctr(&[("kunlunxin.com/vxpu", "1")], &[])).unwrap();
+    let r = read(container_with("c", &[("kunlunxin.com/vxpu", "1")], &[])).unwrap();
     assert_eq!((r.count, r.dev_type.as_str(), r.cores), (1, "XPU", 100));
     assert_eq!(r.memory_on(98304), 98304);
     // "vcount with memory from requests fallback"
-    let r = read(vctr(
+    let r = read(container_with(
+        "c",
         &[],
         &[
             ("kunlunxin.com/vxpu", "2"),
@@ -262,32 +241,10 @@ fn vxpu_generate_resource_requests() {
 #[test]
 fn vxpu_add_resource_usage() {
     // Test_KunlunVDevices_AddResourceUsage
-    let mut ledger = table_node(
-        XPU,
-        &[Row::new("xpu-0", 0, 4, 98304, 100, XPU).used(1, 1000, 10)],
-        "",
-    );
-    let devices = std::collections::BTreeMap::from([(
-        XPU.to_string(),
-        vec![vec![hami_core::model::ContainerDevice {
-            idx: 0,
-            uuid: "xpu-0".into(),
-            dev_type: XPU.into(),
-            mem_mib: 2000,
-            cores: 20,
-            slots: 0,
-        }]],
-    )]);
-    ledger.apply_pod(hami_core::ledger::PodRecord::from_devices(
-        "u",
-        "default",
-        "p",
-        "n",
-        &devices,
-        &[],
-    ));
-    let u = &ledger.node("n").unwrap().device_usage()[0];
-    assert_eq!((u.used, u.cores_used, u.mem_used), (2, 30, 3000));
+    let row = Row::new("xpu-0", 0, 4, 98304, 100, XPU).used(1, 1000, 10);
+    let mut ledger = table_node(XPU, &[row], "");
+    book_one(&mut ledger, XPU, "xpu-0", 2000, 20);
+    assert_eq!(usage_of(&ledger, 0), (2, 30, 3000));
 }
 
 #[test]

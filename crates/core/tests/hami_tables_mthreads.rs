@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 
 use common::hami::{
     Row, SharedTable, shared_add_resource_usage, shared_fit_table, table_fit, table_node,
+    type_check,
 };
-use common::{container, pod, registry};
-use hami_core::model::{ContainerDevice, ContainerDeviceRequest, DeviceInfo};
+use common::{container, container_with, pod, registry};
+use hami_core::model::ContainerDevice;
 use hami_core::vendor::{AllocationContext, Annotations, DeviceConstraints, NodeView, Vendor};
-use k8s_openapi::api::core::v1::{Container, Pod, ResourceRequirements};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 const MT: &str = "Mthreads";
@@ -25,26 +26,6 @@ const CORE: &str = "mthreads.com/sgpu-core";
 
 fn mthreads() -> std::sync::Arc<dyn Vendor> {
     registry().get(MT).unwrap().clone()
-}
-
-fn ctr(limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
-    let q = |pairs: &[(&str, &str)]| {
-        Some(
-            pairs
-                .iter()
-                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
-                .collect::<BTreeMap<_, _>>(),
-        )
-    };
-    Container {
-        name: "c".into(),
-        resources: Some(ResourceRequirements {
-            limits: q(limits),
-            requests: q(requests),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 /// One container asking `n` GPUs, `mem_mib` MiB (a multiple of 512; 0: none given),
@@ -67,8 +48,9 @@ fn ask(n: u32, mem_mib: u32, cores: Option<u32>) -> Pod {
 #[test]
 fn mutate_admission() {
     let v = mthreads();
-    let admit =
-        |limits: &[(&str, &str)]| v.mutate_admission(&mut ctr(limits, &[]), &Annotations::new());
+    let admit = |limits: &[(&str, &str)]| {
+        v.mutate_admission(&mut container_with("c", limits, &[]), &Annotations::new())
+    };
     // "set to resources limit": several GPUs are taken whole.
     assert!(
         admit(&[(COUNT, "2"), (MEMORY, "2"), (CORE, "1")])
@@ -156,17 +138,7 @@ fn patch_annotations() {
 
 #[test]
 fn check_type() {
-    let v = mthreads();
-    let r = |t: &str| ContainerDeviceRequest {
-        count: 1,
-        dev_type: t.into(),
-        mem_mib: 0,
-        mem_percent: None,
-        cores: 0,
-    };
-    let (d, c) = (DeviceInfo::default(), DeviceConstraints::default());
-    assert!(v.type_matches(&d, &r(MT), &c));
-    assert!(!v.type_matches(&d, &r("test111"), &c));
+    type_check(mthreads().as_ref(), MT, "test111");
 }
 
 // ---- Test_checkUUID (through the fit) ----
@@ -222,7 +194,8 @@ fn generate_resource_requests() {
     let v = mthreads();
     let read = |c: &Container| v.container_request(c, &Annotations::new()).unwrap();
     // "all resources set to limit and request"
-    let r = read(&ctr(
+    let r = read(&container_with(
+        "c",
         &[(COUNT, "1"), (MEMORY, "1000"), (CORE, "1")],
         &[(COUNT, "1"), (MEMORY, "1000"), (CORE, "1")],
     ))
@@ -232,9 +205,9 @@ fn generate_resource_requests() {
         (1, 512000, None, 1)
     );
     // "all resources don't set to limit,count don't set to request"
-    assert!(read(&ctr(&[], &[(MEMORY, "1000"), (CORE, "1")])).is_none());
+    assert!(read(&container_with("c", &[], &[(MEMORY, "1000"), (CORE, "1")])).is_none());
     // "all resources don't set to limit,cores and memory don't set to request"
-    let r = read(&ctr(&[], &[(COUNT, "1")])).unwrap();
+    let r = read(&container_with("c", &[], &[(COUNT, "1")])).unwrap();
     assert_eq!(
         (r.count, r.mem_mib, r.mem_percent, r.cores),
         (1, 0, Some(100), 0)

@@ -104,6 +104,12 @@ pub fn table_node(vendor: &str, rows: &[Row], cordon: &str) -> Ledger {
             cores: r.usedcores,
         })
         .collect();
+    book_running(&mut ledger, charges);
+    ledger
+}
+
+/// Books `charges` on node `n` as one running pod (nothing when there are none).
+pub fn book_running(ledger: &mut Ledger, charges: Vec<DeviceCharge>) {
     if !charges.is_empty() {
         ledger.apply_pod(PodRecord {
             uid: "running".into(),
@@ -113,7 +119,53 @@ pub fn table_node(vendor: &str, rows: &[Row], cordon: &str) -> Ledger {
             charges,
         });
     }
-    ledger
+}
+
+/// HAMi's `AddResourceUsage`: one container given `mem` MiB and `cores` of device
+/// `uuid` on node `n`, booked as a pod.
+pub fn book_one(ledger: &mut Ledger, vendor: &str, uuid: &str, mem: u32, cores: u32) {
+    let devices = std::collections::BTreeMap::from([(
+        vendor.to_string(),
+        vec![vec![hami_core::model::ContainerDevice {
+            idx: 0,
+            uuid: uuid.into(),
+            dev_type: vendor.into(),
+            mem_mib: mem,
+            cores,
+            slots: 0,
+        }]],
+    )]);
+    ledger.apply_pod(PodRecord::from_devices(
+        "u",
+        "default",
+        "p",
+        "n",
+        &devices,
+        &[],
+    ));
+}
+
+/// Slots, cores and MiB used of device `i` of node `n`.
+pub fn usage_of(ledger: &Ledger, i: usize) -> (u32, u64, u64) {
+    let u = &ledger.node("n").unwrap().device_usage()[i];
+    (u.used, u.cores_used, u.mem_used)
+}
+
+/// HAMi's `Test_checkType`: the family's own type matches, `other` does not.
+pub fn type_check(v: &dyn hami_core::vendor::Vendor, own: &str, other: &str) {
+    let r = |t: &str| hami_core::model::ContainerDeviceRequest {
+        count: 1,
+        dev_type: t.into(),
+        mem_mib: 0,
+        mem_percent: None,
+        cores: 0,
+    };
+    let (d, c) = (
+        DeviceInfo::default(),
+        hami_core::vendor::DeviceConstraints::default(),
+    );
+    assert!(v.type_matches(&d, &r(own), &c), "{own}");
+    assert!(!v.type_matches(&d, &r(other), &c), "{other}");
 }
 
 /// The whole node fit of `pod` on node `n`.
@@ -251,29 +303,6 @@ pub fn shared_fit_table(t: &SharedTable<'_>) {
 pub fn shared_add_resource_usage(vendor: &'static str) {
     let row = Row::new("dev-0", 0, 100, 40960, 100, vendor).used(0, 2000, 15);
     let mut ledger = table_node(vendor, &[row], "");
-    let devices = std::collections::BTreeMap::from([(
-        vendor.to_string(),
-        vec![vec![hami_core::model::ContainerDevice {
-            idx: 0,
-            uuid: "dev-0".into(),
-            dev_type: vendor.into(),
-            mem_mib: 1024,
-            cores: 50,
-            slots: 0,
-        }]],
-    )]);
-    ledger.apply_pod(PodRecord::from_devices(
-        "u",
-        "default",
-        "p",
-        "n",
-        &devices,
-        &[],
-    ));
-    let u = &ledger.node("n").unwrap().device_usage()[0];
-    assert_eq!(
-        (u.used, u.cores_used, u.mem_used),
-        (1, 65, 3024),
-        "{vendor}"
-    );
+    book_one(&mut ledger, vendor, "dev-0", 1024, 50);
+    assert_eq!(usage_of(&ledger, 0), (1, 65, 3024), "{vendor}");
 }

@@ -73,6 +73,27 @@ pub fn container(name: &str, limits: &[(&str, &str)]) -> Container {
     }
 }
 
+/// A container with these limits and requests (either may be empty: then absent).
+pub fn container_with(name: &str, limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
+    let list = |pairs: &[(&str, &str)]| {
+        (!pairs.is_empty()).then(|| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect::<BTreeMap<_, _>>()
+        })
+    };
+    Container {
+        name: name.into(),
+        resources: Some(ResourceRequirements {
+            limits: list(limits),
+            requests: list(requests),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 pub fn pod(name: &str, containers: Vec<Container>) -> Pod {
     Pod {
         metadata: ObjectMeta {
