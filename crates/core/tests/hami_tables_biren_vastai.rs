@@ -14,7 +14,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::hami::{
-    Row, book_one, table_fit, table_node, table_reason, table_uuids, type_check, usage_of,
+    Row, book_one, facts, table_fit, table_node, table_reason, table_uuids, type_check, usage_of,
 };
 use common::{container, container_with, pod, registry, with_annotations};
 use hami_core::codec::encode_pod_single_device;
@@ -104,20 +104,7 @@ fn get_node_devices() {
         );
         let got = decode(&[(f.register, &value)]).unwrap().unwrap();
         assert_eq!(got.len(), 1);
-        let d = &got[0];
-        assert_eq!(
-            (
-                d.id.as_str(),
-                d.count,
-                d.mem_mib,
-                d.cores,
-                d.dev_type.as_str(),
-                d.numa,
-                d.health,
-                d.index
-            ),
-            ("7-0", 1, 32768, 100, f.key, 0, true, 0)
-        );
+        assert_eq!(facts(&got[0]), (0, "7-0", 1, 32768, 100, f.key, 0, true));
         // "no <family> device" (":") and "node annotations not decode successfully"
         // (""): errors, the node's cards of the family out.
         assert!(decode(&[(f.register, ":")]).unwrap().is_err());

@@ -13,10 +13,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::hami::{
-    Row, SharedTable, shared_add_resource_usage, shared_fit_table, table_fit, table_node,
-    table_reason, table_uuids, type_check,
+    Row, SharedTable, ask_in_units, facts, shared_add_resource_usage, shared_fit_table, table_fit,
+    table_node, table_reason, table_uuids, type_check,
 };
-use common::{container, container_with, pod, with_annotations};
+use common::{container_with, with_annotations};
 use hami_core::config::DeviceConfig;
 use hami_core::model::{ContainerDevice, ContainerDeviceRequest};
 use hami_core::vendor::{
@@ -46,16 +46,7 @@ fn mlu() -> std::sync::Arc<dyn Vendor> {
 /// One container asking `n` MLUs, `mem_mib` MiB (0: none given), `cores` (`None`: none
 /// given).
 fn ask(n: u32, mem_mib: u32, cores: Option<u32>) -> Pod {
-    let (n, units) = (n.to_string(), (mem_mib / 256).to_string());
-    let cores = cores.map(|c| c.to_string());
-    let mut limits = vec![(COUNT, n.as_str())];
-    if mem_mib > 0 {
-        limits.push((MEMORY, &units));
-    }
-    if let Some(c) = &cores {
-        limits.push((CORE, c));
-    }
-    pod("p", vec![container("main", &limits)])
+    ask_in_units([COUNT, MEMORY, CORE], 256, n, mem_mib, cores)
 }
 
 fn row(id: &'static str, index: u32, totalmem: u32) -> Row {
@@ -79,18 +70,8 @@ fn get_node_devices() {
         labels: None,
     };
     let got = mlu().decode_inventory(&view).unwrap().unwrap();
-    let d = &got[0];
     assert_eq!(
-        (
-            d.index,
-            d.id.as_str(),
-            d.count,
-            d.mem_mib,
-            d.cores,
-            d.dev_type.as_str(),
-            d.numa,
-            d.health
-        ),
+        facts(&got[0]),
         (0, "test-cambricon-mlu-0", 100, 25600, 100, "MLU", 0, true)
     );
 }

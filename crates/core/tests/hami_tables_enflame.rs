@@ -13,7 +13,9 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::hami::{Row, book_one, table_fit, table_node, table_reason, type_check, usage_of};
+use common::hami::{
+    Row, book_one, facts, table_fit, table_node, table_reason, type_check, usage_of,
+};
 use common::{container, container_with, plan, pod, registry, with_annotations};
 use hami_core::accounting::DeviceCharge;
 use hami_core::codec::{decode_pod_single_device, encode_pod_single_device};
@@ -513,24 +515,12 @@ fn gcu_devices_get_node_devices() {
         labels: None,
     };
     let got = v.decode_inventory(&view).unwrap().unwrap();
-    let rows: Vec<(u32, &str, u32, u32, u32, &str)> = got
-        .iter()
-        .map(|d| {
-            (
-                d.index,
-                d.id.as_str(),
-                d.count,
-                d.mem_mib,
-                d.cores,
-                d.dev_type.as_str(),
-            )
-        })
-        .collect();
+    let rows: Vec<_> = got.iter().map(facts).collect();
     assert_eq!(
         rows,
         [
-            (0, "testnode-GCU-0", 1, 100, 100, "GCU"),
-            (1, "testnode-GCU-1", 1, 100, 100, "GCU")
+            (0, "testnode-GCU-0", 1, 100, 100, "GCU", 0, true),
+            (1, "testnode-GCU-1", 1, 100, 100, "GCU", 0, true)
         ]
     );
     // "Test with missing resource": no devices (HAMi also returns an error, which its

@@ -8,22 +8,19 @@
 
 mod common;
 
-use common::hami::{SharedTable, shared_add_resource_usage, shared_fit_table};
-use common::{container, pod, registry};
+use common::hami::{SharedTable, ask_in_units, shared_add_resource_usage, shared_fit_table};
+use common::registry;
 use k8s_openapi::api::core::v1::Pod;
 
 /// One container asking `n` DCUs, `mem` MiB (0: none given), `cores` (`None`: none).
-fn ask(n: u32, mem: u32, cores: Option<u32>) -> Pod {
-    let (n, mem_s) = (n.to_string(), mem.to_string());
-    let cores = cores.map(|c| c.to_string());
-    let mut limits = vec![("hygon.com/dcunum", n.as_str())];
-    if mem > 0 {
-        limits.push(("hygon.com/dcumem", &mem_s));
-    }
-    if let Some(c) = &cores {
-        limits.push(("hygon.com/dcucores", c));
-    }
-    pod("p", vec![container("main", &limits)])
+fn ask(n: u32, mem_mib: u32, cores: Option<u32>) -> Pod {
+    ask_in_units(
+        ["hygon.com/dcunum", "hygon.com/dcumem", "hygon.com/dcucores"],
+        1,
+        n,
+        mem_mib,
+        cores,
+    )
 }
 
 #[test]

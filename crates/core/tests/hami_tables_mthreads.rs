@@ -10,10 +10,10 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::hami::{
-    Row, SharedTable, shared_add_resource_usage, shared_fit_table, table_fit, table_node,
-    type_check,
+    Row, SharedTable, ask_in_units, facts, shared_add_resource_usage, shared_fit_table, table_fit,
+    table_node, type_check,
 };
-use common::{container, container_with, pod, registry};
+use common::{container_with, registry};
 use hami_core::model::ContainerDevice;
 use hami_core::vendor::{AllocationContext, Annotations, DeviceConstraints, NodeView, Vendor};
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -31,16 +31,7 @@ fn mthreads() -> std::sync::Arc<dyn Vendor> {
 /// One container asking `n` GPUs, `mem_mib` MiB (a multiple of 512; 0: none given),
 /// `cores` (`None`: none given).
 fn ask(n: u32, mem_mib: u32, cores: Option<u32>) -> Pod {
-    let (n, units) = (n.to_string(), (mem_mib / 512).to_string());
-    let cores = cores.map(|c| c.to_string());
-    let mut limits = vec![(COUNT, n.as_str())];
-    if mem_mib > 0 {
-        limits.push((MEMORY, &units));
-    }
-    if let Some(c) = &cores {
-        limits.push((CORE, c));
-    }
-    pod("p", vec![container("main", &limits)])
+    ask_in_units([COUNT, MEMORY, CORE], 512, n, mem_mib, cores)
 }
 
 // ---- Test_MutateAdmission ----
@@ -89,12 +80,10 @@ fn get_node_devices() {
     };
     let got = mthreads().decode_inventory(&view).unwrap().unwrap();
     assert_eq!(got.len(), 1);
-    let d = &got[0];
     assert_eq!(
-        (d.index, d.id.as_str(), d.count, d.mem_mib, d.cores),
-        (0, "test-mthreads-0", 100, 8192, 16)
+        facts(&got[0]),
+        (0, "test-mthreads-0", 100, 8192, 16, MT, 0, true)
     );
-    assert_eq!((d.dev_type.as_str(), d.numa, d.health), (MT, 0, true));
 }
 
 // ---- Test_PatchAnnotations ----

@@ -306,3 +306,36 @@ pub fn shared_add_resource_usage(vendor: &'static str) {
     book_one(&mut ledger, vendor, "dev-0", 1024, 50);
     assert_eq!(usage_of(&ledger, 0), (1, 65, 3024), "{vendor}");
 }
+
+/// What HAMi's `GetNodeDevices` tables compare of a device: index, id, count, memory,
+/// cores, type, NUMA node, health.
+pub type Facts<'a> = (u32, &'a str, u32, u32, u32, &'a str, i32, bool);
+
+pub fn facts(d: &DeviceInfo) -> Facts<'_> {
+    (
+        d.index,
+        &d.id,
+        d.count,
+        d.mem_mib,
+        d.cores,
+        &d.dev_type,
+        d.numa,
+        d.health,
+    )
+}
+
+/// One container `main` asking `n` devices of the count resource `names[0]`, `mem_mib`
+/// MiB in units of `unit` MiB of `names[1]` (0: none given) and `cores` of `names[2]`
+/// (`None`: none given).
+pub fn ask_in_units(names: [&str; 3], unit: u32, n: u32, mem_mib: u32, cores: Option<u32>) -> Pod {
+    let (n, units) = (n.to_string(), (mem_mib / unit).to_string());
+    let cores = cores.map(|c| c.to_string());
+    let mut limits = vec![(names[0], n.as_str())];
+    if mem_mib > 0 {
+        limits.push((names[1], &units));
+    }
+    if let Some(c) = &cores {
+        limits.push((names[2], c));
+    }
+    super::pod("p", vec![super::container("main", &limits)])
+}
