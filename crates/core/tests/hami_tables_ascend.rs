@@ -92,3 +92,42 @@ fn no_full_pairs_is_refused() {
     // TestComputeBestCombination910C_NoFullPairsReturnsEmpty (the Fit half).
     assert_eq!(fits(&[0, 2, 4, 6], false, 4), None);
 }
+
+// ---- Test_trimMemory (Ascend 310P with the chart's templates). The table is from the
+// copy of HAMi's Ascend code Volcano vendors (volcano-sh/volcano
+// `pkg/scheduler/api/devices/ascend/hami`), not from HAMi's own tests. ----
+
+#[test]
+fn trim_memory_310p() {
+    let v = registry().get("Ascend310P").unwrap().clone();
+    let read = |mem: &str| {
+        let c = container(
+            "main",
+            &[
+                ("huawei.com/Ascend310P", "1"),
+                ("huawei.com/Ascend310P-memory", mem),
+            ],
+        );
+        v.container_request(&c, &Default::default())
+    };
+    for (asked, template) in [
+        ("1", 3072),
+        ("100", 3072),
+        ("3071", 3072),
+        ("3072", 3072),
+        ("3073", 6144),
+        ("6143", 6144),
+        ("6144", 6144),
+        ("6145", 12288),
+        ("12288", 12288),
+        ("12289", 21527),
+        ("21527", 21527),
+        ("21528", 21527),
+        ("24576", 21527),
+    ] {
+        assert_eq!(read(asked).unwrap().unwrap().mem_mib, template, "{asked}");
+    }
+    // "test16": above the device, no template (HAMi answers 0); hami-rs refuses the
+    // request naming the container.
+    assert!(read("24577").is_err());
+}
