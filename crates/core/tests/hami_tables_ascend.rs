@@ -94,8 +94,8 @@ fn no_full_pairs_is_refused() {
 }
 
 // ---- Test_trimMemory (Ascend 310P with the chart's templates). The table is from the
-// copy of HAMi's Ascend code Volcano vendors (volcano-sh/volcano
-// `pkg/scheduler/api/devices/ascend/hami`), not from HAMi's own tests. ----
+// copy of HAMi's Ascend code Volcano carries (volcano-sh/volcano, Go package `hami`),
+// not from HAMi's own tests. ----
 
 #[test]
 fn trim_memory_310p() {
