@@ -1,12 +1,13 @@
 //! The AMD [`DeviceBackend`]: GPUs from sysfs joined with the library facts, health from
 //! the device nodes, and a catalog the Allocate hook reads (DRM minors, ROCr UUIDs, CUs).
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use hami_device_plugin::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
+use hami_device_plugin::{
+    BackendError, BackendEvent, DeviceBackend, PhysicalDevice, spawn_rediscovery,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -21,25 +22,7 @@ pub struct AmdGpu {
 }
 
 /// The GPUs of the last discovery, by registered ID (AMD SMI UUID).
-#[derive(Debug, Default)]
-pub struct Catalog {
-    gpus: RwLock<BTreeMap<String, AmdGpu>>,
-}
-
-impl Catalog {
-    pub fn get(&self, uuid: &str) -> Option<AmdGpu> {
-        self.gpus.read().ok()?.get(uuid).cloned()
-    }
-
-    fn replace(&self, gpus: &[AmdGpu]) {
-        if let Ok(mut map) = self.gpus.write() {
-            *map = gpus
-                .iter()
-                .map(|g| (g.facts.uuid.clone(), g.clone()))
-                .collect();
-        }
-    }
-}
+pub type Catalog = hami_device_plugin::facts_file::Catalog<AmdGpu>;
 
 /// Where the node's files are (`--sysfs-root`, `--dev-root`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +128,7 @@ impl DeviceBackend for AmdBackend {
 
     fn discover(&self) -> Result<Vec<PhysicalDevice>, BackendError> {
         let gpus = self.gpus()?;
-        self.catalog.replace(&gpus);
+        self.catalog.replace(&gpus, |g| g.facts.uuid.clone());
         Ok(physical(&self.roots, &gpus))
     }
 
@@ -157,41 +140,13 @@ impl DeviceBackend for AmdBackend {
         events: mpsc::Sender<BackendEvent>,
         shutdown: CancellationToken,
     ) -> Result<(), BackendError> {
-        let (roots, facts, catalog, poll) = (
-            self.roots.clone(),
-            self.facts.clone(),
-            self.catalog.clone(),
-            self.poll,
-        );
-        let mut last = devices.to_vec();
-        tokio::spawn(async move {
-            loop {
-                tokio::select! {
-                    () = shutdown.cancelled() => return,
-                    () = tokio::time::sleep(poll) => {}
-                }
-                match gpus(&roots, facts.as_ref()) {
-                    Ok(g) => {
-                        // The hook's facts follow every discovery, also when the
-                        // devices the kubelet sees stay the same.
-                        catalog.replace(&g);
-                        let now = physical(&roots, &g);
-                        if now != last {
-                            if events
-                                .send(BackendEvent::Devices(now.clone()))
-                                .await
-                                .is_err()
-                            {
-                                return;
-                            }
-                            last = now;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "AMD GPU re-discovery failed; keeping the last device list")
-                    }
-                }
-            }
+        let (roots, facts, catalog) = (self.roots.clone(), self.facts.clone(), self.catalog.clone());
+        spawn_rediscovery("amd", self.poll, devices, events, shutdown, move || {
+            let g = gpus(&roots, facts.as_ref())?;
+            // The hook's facts follow every discovery, also when the devices the
+            // kubelet sees stay the same.
+            catalog.replace(&g, |g| g.facts.uuid.clone());
+            Ok(physical(&roots, &g))
         });
         Ok(())
     }

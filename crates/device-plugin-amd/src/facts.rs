@@ -2,7 +2,6 @@
 //! AMD SMI's UUID and market name (by PCI address), libdrm's VRAM size and active CU
 //! count (by DRM card). Behind a trait so tests and the demo read them from a file.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -21,17 +20,8 @@ pub struct GpuFacts {
     pub cu_count: u32,
 }
 
-/// Why the facts cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FactsError {
-    #[error("cannot read the GPU facts file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("GPU facts file {path} is malformed: {error}")]
-    Malformed { path: PathBuf, error: String },
-}
+pub use hami_device_plugin::facts_file::FactsError;
+use hami_device_plugin::facts_file::FactsFile;
 
 /// A source of the facts, keyed by PCI address (`0000:19:00.0`).
 pub trait FactsSource: Send + Sync + 'static {
@@ -45,27 +35,18 @@ pub trait FactsSource: Send + Sync + 'static {
 /// "cu_count"}}`, re-read on every discovery.
 #[derive(Debug, Clone)]
 pub struct FileFacts {
-    path: PathBuf,
+    file: FactsFile,
 }
 
 impl FileFacts {
     pub fn new(path: impl Into<PathBuf>) -> Self {
-        FileFacts { path: path.into() }
+        FileFacts {
+            file: FactsFile::new(path),
+        }
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn load(&self) -> Result<BTreeMap<String, GpuFacts>, FactsError> {
-        let text = std::fs::read_to_string(&self.path).map_err(|source| FactsError::Read {
-            path: self.path.clone(),
-            source,
-        })?;
-        serde_json::from_str(&text).map_err(|e| FactsError::Malformed {
-            path: self.path.clone(),
-            error: e.to_string(),
-        })
+        self.file.path()
     }
 }
 
@@ -75,7 +56,7 @@ impl FactsSource for FileFacts {
     }
 
     fn facts(&self, pci_bdf: &str, _card: u32) -> Result<Option<GpuFacts>, FactsError> {
-        Ok(self.load()?.remove(&pci_bdf.to_lowercase()))
+        self.file.get(pci_bdf)
     }
 }
 

@@ -63,8 +63,10 @@ fn discover_prints_the_gpus_and_the_register_annotation() {
     let dir = tempfile::tempdir().unwrap();
     fake_tree::write(dir.path(), &fake_tree::mi300x(1)).unwrap();
     let args = hami_device_plugin_amd::cli::NodeArgs {
-        sysfs_root: dir.path().join("sys"),
-        dev_root: dir.path().join("dev"),
+        roots: hami_device_plugin::vendor_args::RootArgs {
+            sysfs_root: dir.path().join("sys"),
+            dev_root: dir.path().join("dev"),
+        },
         gpu_facts: Some(dir.path().join("gpu-facts.json")),
         split_count: 10,
     };

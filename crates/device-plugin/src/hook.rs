@@ -76,6 +76,14 @@ pub trait VendorHook: Send + Sync + 'static {
         encode_node_register_json(entries)
     }
 
+    /// Whether the handshake annotation is answered `Reported <time>` every register
+    /// round (HAMi's DCU plugin, whose scheduler re-reads the register annotation only
+    /// after such an answer) rather than only when kubelet cannot vouch for the node
+    /// (`publisher`).
+    fn reports_handshake_every_round(&self) -> bool {
+        false
+    }
+
     /// Whether a pod device string's TYPE belongs to this plugin's device.
     fn type_matches(&self, cfg: &PluginConfig, dev_type: &str, _device: &PhysicalDevice) -> bool {
         dev_type == cfg.vendor.device_type

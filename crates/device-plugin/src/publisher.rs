@@ -109,7 +109,8 @@ pub(crate) async fn publish_once(
     }
     if let Some(key) = &cfg.vendor.handshake_annotation {
         let requested = annotations.get(key).is_some_and(|v| v.contains(REQUESTING));
-        if requested && !kubelet_vouches(&node, &cfg.resource_name) {
+        let every_round = shared.hook.reports_handshake_every_round();
+        if every_round || (requested && !kubelet_vouches(&node, &cfg.resource_name)) {
             let now = chrono::Local::now().format("%Y-%m-%d %H:%M:%S");
             patch = patch.annotate(key, format!("Reported {now}"));
             changed.push("handshake");
