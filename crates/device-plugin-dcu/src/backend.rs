@@ -93,7 +93,7 @@ fn discovery_error(detail: impl ToString) -> BackendError {
 /// every such card (HAMi registers that; the scheduler then sees one ID twice).
 fn dcus(roots: &Roots, facts: &dyn FactsSource) -> Result<Vec<Dcu>, BackendError> {
     let mut out: Vec<Dcu> = Vec::new();
-    for sys in sysfs::dcus(&roots.sysfs, &roots.dev).map_err(discovery_error)? {
+    for sys in sysfs::dcus(&roots.sysfs).map_err(discovery_error)? {
         let Some(f) = facts.facts(&sys.pci_bdf).map_err(discovery_error)? else {
             tracing::warn!(pci = %sys.pci_bdf, source = facts.name(), "DCU unknown to ROCm SMI: not registered");
             continue;

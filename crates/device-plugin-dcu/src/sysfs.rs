@@ -1,14 +1,17 @@
 //! The kernel's view of Hygon DCUs (`docs/device-plugin.md#hygon-dcu`), read under
 //! configurable roots so tests use a fake tree:
 //!
-//! - `<dev>/dri/card*` and `<dev>/dri/renderD*`, the DRM nodes;
+//! - `<sysfs>/class/drm/card*` and `renderD*`, the kernel's DRM nodes (the device files
+//!   of the same names under `<dev>/dri` are what containers get; the backend reads a DCU
+//!   whose files are gone as unhealthy, not as gone);
 //! - `<sysfs>/class/drm/<name>/device/vendor`: a node is a DCU's when it reads `0x1d94`;
 //! - `<sysfs>/class/drm/<name>/device`: the PCI device (its resolved directory name is
 //!   the PCI address, which joins a card with its render node and with ROCm SMI's facts);
 //!   its `numa_node`, when present.
 //!
 //! A node whose vendor file is missing or unreadable is skipped with a warning naming
-//! the path, as is one whose PCI address cannot be told.
+//! the path, as is one whose PCI address cannot be told and a DCU without both a card
+//! and a render node.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -17,15 +20,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsError {
     #[error("cannot list the DRM nodes in {path}: {source}")]
-    NoDri {
+    NoDrm {
         path: PathBuf,
         source: std::io::Error,
-    },
-    #[error("DCU {pci} has a DRM {kind} node but no {missing} node")]
-    Unpaired {
-        pci: String,
-        kind: &'static str,
-        missing: &'static str,
     },
 }
 
@@ -92,10 +89,10 @@ fn is_pci_address(s: &str) -> bool {
 
 /// The node's DCUs, by PCI address: each with its card and render node (the lowest
 /// minor of each kind when a device shows several).
-pub fn dcus(sysfs: &Path, dev: &Path) -> Result<Vec<SysDcu>, SysfsError> {
-    let dri = dev.join("dri");
-    let entries = std::fs::read_dir(&dri).map_err(|source| SysfsError::NoDri {
-        path: dri.clone(),
+pub fn dcus(sysfs: &Path) -> Result<Vec<SysDcu>, SysfsError> {
+    let drm = sysfs.join("class/drm");
+    let entries = std::fs::read_dir(&drm).map_err(|source| SysfsError::NoDrm {
+        path: drm.clone(),
         source,
     })?;
     let mut nodes: Vec<(&'static str, u32, String)> = entries
@@ -119,27 +116,19 @@ pub fn dcus(sysfs: &Path, dev: &Path) -> Result<Vec<SysDcu>, SysfsError> {
         slot.get_or_insert(name);
         entry.2 = entry.2.or(numa);
     }
-    by_pci
-        .into_iter()
-        .map(|(pci, (card, render, numa))| match (card, render) {
-            (Some(card), Some(render)) => Ok(SysDcu {
+    let mut out = Vec::new();
+    for (pci, (card, render, numa)) in by_pci {
+        match (card, render) {
+            (Some(card), Some(render)) => out.push(SysDcu {
                 pci_bdf: pci,
                 card,
                 render,
                 numa,
             }),
-            (Some(_), None) => Err(SysfsError::Unpaired {
-                pci,
-                kind: "card",
-                missing: "render",
-            }),
-            (None, _) => Err(SysfsError::Unpaired {
-                pci,
-                kind: "render",
-                missing: "card",
-            }),
-        })
-        .collect()
+            (card, render) => tracing::warn!(%pci, ?card, ?render, "DCU without both a DRM card and render node skipped"),
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
