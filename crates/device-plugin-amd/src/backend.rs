@@ -140,7 +140,8 @@ impl DeviceBackend for AmdBackend {
         events: mpsc::Sender<BackendEvent>,
         shutdown: CancellationToken,
     ) -> Result<(), BackendError> {
-        let (roots, facts, catalog) = (self.roots.clone(), self.facts.clone(), self.catalog.clone());
+        let (roots, facts, catalog) =
+            (self.roots.clone(), self.facts.clone(), self.catalog.clone());
         spawn_rediscovery("amd", self.poll, devices, events, shutdown, move || {
             let g = gpus(&roots, facts.as_ref())?;
             // The hook's facts follow every discovery, also when the devices the

@@ -161,11 +161,8 @@ impl DeviceBackend for DcuBackend {
         events: mpsc::Sender<BackendEvent>,
         shutdown: CancellationToken,
     ) -> Result<(), BackendError> {
-        let (roots, facts, catalog) = (
-            self.roots.clone(),
-            self.facts.clone(),
-            self.catalog.clone(),
-        );
+        let (roots, facts, catalog) =
+            (self.roots.clone(), self.facts.clone(), self.catalog.clone());
         spawn_rediscovery("dcu", self.poll, devices, events, shutdown, move || {
             let d = dcus(&roots, facts.as_ref())?;
             catalog.replace(&d, Dcu::id);

@@ -136,9 +136,8 @@ mod tests {
         assert_eq!(s.hyhal_path, PathBuf::from("/opt/hyhal"));
         let err = Cli::try_parse_from(["x", "--dcu-facts=f.json"]).unwrap_err();
         assert!(err.to_string().contains("--node-name"), "{err}");
-        let cli =
-            Cli::try_parse_from(["x", "discover", "--dcu-facts=f.json", "--dev-root=/t/dev"])
-                .unwrap();
+        let cli = Cli::try_parse_from(["x", "discover", "--dcu-facts=f.json", "--dev-root=/t/dev"])
+            .unwrap();
         assert!(
             matches!(cli.command, Some(Command::Discover(ref a)) if a.roots.dev_root == Path::new("/t/dev"))
         );

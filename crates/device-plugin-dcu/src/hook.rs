@@ -214,7 +214,10 @@ impl PodAllocation for DcuPod {
                 vdev: name.vdev,
                 pipe: name.pipe,
             };
-            let dir = self.dirs.create(&name, &conf).map_err(HookError::Internal)?;
+            let dir = self
+                .dirs
+                .create(&name, &conf)
+                .map_err(HookError::Internal)?;
             self.state.mark(&name).map_err(refused)?;
             tracing::info!(dcu = %d.uuid, dir = %dir.display(), cu_count, mem_mib = d.mem_mib, "vdev created");
             r.mounts.push(mount(VDEV_IN_CONTAINER, &dir, false));

@@ -38,6 +38,9 @@ pub struct SysDcu {
     pub numa: Option<i32>,
 }
 
+/// A PCI device's card node, render node and NUMA node, as found so far.
+type DrmNodes = (Option<String>, Option<String>, Option<i32>);
+
 /// `card<N>` or `renderD<N>`: the kind and the minor.
 fn drm_node(name: &str) -> Option<(&'static str, u32)> {
     if let Some(n) = name.strip_prefix("renderD") {
@@ -64,7 +67,11 @@ fn hygon_pci(sysfs: &Path, name: &str) -> Option<(String, Option<i32>)> {
     }
     let pci = std::fs::canonicalize(&device)
         .ok()
-        .and_then(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_lowercase))
+        .and_then(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .map(str::to_lowercase)
+        })
         .filter(|p| is_pci_address(p));
     let Some(pci) = pci else {
         tracing::warn!(path = %device.display(), "DCU DRM node skipped: its PCI address cannot be told");
@@ -101,8 +108,7 @@ pub fn dcus(sysfs: &Path) -> Result<Vec<SysDcu>, SysfsError> {
         .filter_map(|name| drm_node(&name).map(|(kind, minor)| (kind, minor, name)))
         .collect();
     nodes.sort_by_key(|(kind, minor, _)| (*kind, *minor));
-    let mut by_pci: BTreeMap<String, (Option<String>, Option<String>, Option<i32>)> =
-        BTreeMap::new();
+    let mut by_pci: BTreeMap<String, DrmNodes> = BTreeMap::new();
     for (kind, _, name) in nodes {
         let Some((pci, numa)) = hygon_pci(sysfs, &name) else {
             continue;
@@ -125,7 +131,9 @@ pub fn dcus(sysfs: &Path) -> Result<Vec<SysDcu>, SysfsError> {
                 render,
                 numa,
             }),
-            (card, render) => tracing::warn!(%pci, ?card, ?render, "DCU without both a DRM card and render node skipped"),
+            (card, render) => {
+                tracing::warn!(%pci, ?card, ?render, "DCU without both a DRM card and render node skipped")
+            }
         }
     }
     Ok(out)

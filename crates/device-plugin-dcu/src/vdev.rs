@@ -179,11 +179,7 @@ impl VdevState {
             }
         }
         if n < want {
-            return Err(VdevError::NotEnoughCus {
-                dev,
-                free: n,
-                want,
-            });
+            return Err(VdevError::NotEnoughCus { dev, free: n, want });
         }
         // Truncation is the split into the two 64-bit masks.
         #[allow(clippy::cast_possible_truncation)]
@@ -262,7 +258,12 @@ impl VdevDirs {
     }
 }
 
-fn write_files(dir: &Path, exporter_dir: &Path, exporter: &Path, conf: &VdevConf) -> Result<(), String> {
+fn write_files(
+    dir: &Path,
+    exporter_dir: &Path,
+    exporter: &Path,
+    conf: &VdevConf,
+) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
     let fail = |path: &Path, e: std::io::Error| format!("cannot write {}: {e}", path.display());
     std::fs::create_dir_all(dir).map_err(|e| fail(dir, e))?;
@@ -281,14 +282,20 @@ fn write_files(dir: &Path, exporter_dir: &Path, exporter: &Path, conf: &VdevConf
 
 fn remove_vdev(dir: &Path, exporter: &Path) {
     match std::fs::remove_dir_all(dir) {
-        Ok(()) => tracing::info!(path = %dir.display(), "vdev of a pod no longer on the node removed"),
+        Ok(()) => {
+            tracing::info!(path = %dir.display(), "vdev of a pod no longer on the node removed")
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %dir.display(), error = %e, "cannot remove a vdev directory"),
+        Err(e) => {
+            tracing::warn!(path = %dir.display(), error = %e, "cannot remove a vdev directory")
+        }
     }
     match std::fs::remove_file(exporter) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %exporter.display(), error = %e, "cannot remove a vdev file"),
+        Err(e) => {
+            tracing::warn!(path = %exporter.display(), error = %e, "cannot remove a vdev file")
+        }
     }
 }
 
@@ -347,7 +354,10 @@ mod tests {
         let err = s.mark(&name("b", 0, 1, 1, [1, 0])).unwrap_err();
         assert!(matches!(err, VdevError::Overlap(..)), "{err}");
         let err = s.mark(&name("b", 1, 0, 0, [1, 0])).unwrap_err();
-        assert!(matches!(err, VdevError::Overlap(..)), "vdev id 0 held: {err}");
+        assert!(
+            matches!(err, VdevError::Overlap(..)),
+            "vdev id 0 held: {err}"
+        );
     }
 
     #[test]

@@ -33,8 +33,14 @@ fn hygon_drm_nodes_joined_with_smi_facts() {
     // card0 is the BMC's display (vendor 0x1a03): not a DCU.
     assert_eq!(found.len(), 2);
     assert_eq!(found[0].pci_bdf, "0000:3d:00.0");
-    assert_eq!((found[0].card.as_str(), found[0].render.as_str()), ("card1", "renderD128"));
-    assert_eq!((found[1].card.as_str(), found[1].render.as_str()), ("card2", "renderD129"));
+    assert_eq!(
+        (found[0].card.as_str(), found[0].render.as_str()),
+        ("card1", "renderD128")
+    );
+    assert_eq!(
+        (found[1].card.as_str(), found[1].render.as_str()),
+        ("card2", "renderD129")
+    );
     assert_eq!((found[0].numa, found[1].numa), (Some(0), Some(1)));
 
     let devices = backend(dir.path()).discover().unwrap();
@@ -72,7 +78,9 @@ fn garbage_and_missing_vendor_files_skip_the_node_and_smi_gaps_skip_the_dcu() {
         .map(|l| l["path"].as_str().unwrap_or_default().to_string())
         .collect();
     assert!(
-        paths.iter().any(|p| p.ends_with("class/drm/card2/device/vendor")),
+        paths
+            .iter()
+            .any(|p| p.ends_with("class/drm/card2/device/vendor")),
         "{:?}",
         capture.lines()
     );
@@ -88,7 +96,10 @@ fn garbage_and_missing_vendor_files_skip_the_node_and_smi_gaps_skip_the_dcu() {
     assert!(backend(dir.path()).discover().unwrap().is_empty());
     std::fs::write(&facts, "{not json").unwrap();
     let err = backend(dir.path()).discover().unwrap_err().to_string();
-    assert!(err.contains("dcu-facts.json") && err.contains("malformed"), "{err}");
+    assert!(
+        err.contains("dcu-facts.json") && err.contains("malformed"),
+        "{err}"
+    );
 
     // No DRM at all: a clear error naming the directory.
     let empty = tempfile::tempdir().unwrap();

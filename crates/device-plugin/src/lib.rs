@@ -68,9 +68,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
-pub use backend::{
-    BackendError, BackendEvent, DeviceBackend, PhysicalDevice, spawn_rediscovery,
-};
+pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice, spawn_rediscovery};
 pub use config::{
     ConfigError, DeviceFilter, PluginConfig, VendorSpec, VendorSpecError, VgpuHookSettings,
 };

@@ -115,13 +115,12 @@ pub async fn serve_vendor(
         hook,
     } = plugin;
     let client = hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?;
-    let admin_listener =
-        TcpListener::bind(args.admin.address)
-            .await
-            .map_err(|source| ServeError::Bind {
-                address: args.admin.address.to_string(),
-                source,
-            })?;
+    let admin_listener = TcpListener::bind(args.admin.address)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: args.admin.address.to_string(),
+            source,
+        })?;
     tracing::info!(node = %cfg.node_name, resource = %cfg.resource_name, split = cfg.split_count,
         backend = backend.name(), plugin_dir = %cfg.plugin_dir.display(),
         admin = %args.admin.address, "{binary} starting");
