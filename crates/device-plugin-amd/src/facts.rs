@@ -2,8 +2,6 @@
 //! AMD SMI's UUID and market name (by PCI address), libdrm's VRAM size and active CU
 //! count (by DRM card). Behind a trait so tests and the demo read them from a file.
 
-use std::path::{Path, PathBuf};
-
 use serde::Deserialize;
 
 /// The library facts of one GPU.
@@ -20,45 +18,11 @@ pub struct GpuFacts {
     pub cu_count: u32,
 }
 
-pub use hami_device_plugin::facts_file::FactsError;
-use hami_device_plugin::facts_file::FactsFile;
-
-/// A source of the facts, keyed by PCI address (`0000:19:00.0`).
-pub trait FactsSource: Send + Sync + 'static {
-    fn name(&self) -> &str;
-    /// The facts of the GPU at `pci_bdf`; `None` when the library does not know it (the
-    /// GPU is then not registered).
-    fn facts(&self, pci_bdf: &str, card: u32) -> Result<Option<GpuFacts>, FactsError>;
-}
+pub use hami_device_plugin::facts_file::{FactsError, FactsSource};
 
 /// Facts read from a JSON file `{"<pci bdf>": {"uuid", "market_name", "vram_mib",
 /// "cu_count"}}`, re-read on every discovery.
-#[derive(Debug, Clone)]
-pub struct FileFacts {
-    file: FactsFile,
-}
-
-impl FileFacts {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        FileFacts {
-            file: FactsFile::new(path),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.file.path()
-    }
-}
-
-impl FactsSource for FileFacts {
-    fn name(&self) -> &str {
-        "file"
-    }
-
-    fn facts(&self, pci_bdf: &str, _card: u32) -> Result<Option<GpuFacts>, FactsError> {
-        self.file.get(pci_bdf)
-    }
-}
+pub type FileFacts = hami_device_plugin::facts_file::FactsFile;
 
 #[cfg(test)]
 mod tests {
@@ -74,19 +38,27 @@ mod tests {
         )
         .unwrap();
         let f = FileFacts::new(&path);
-        assert_eq!(f.facts("0000:19:00.0", 1).unwrap().unwrap().cu_count, 304);
-        assert_eq!(f.facts("0000:1a:00.0", 2).unwrap(), None);
+        assert_eq!(
+            FactsSource::<GpuFacts>::facts(&f, "0000:19:00.0")
+                .unwrap()
+                .unwrap()
+                .cu_count,
+            304
+        );
+        assert_eq!(
+            FactsSource::<GpuFacts>::facts(&f, "0000:1a:00.0").unwrap(),
+            None
+        );
         std::fs::write(&path, "{").unwrap();
         assert!(
-            f.facts("0000:19:00.0", 1)
+            FactsSource::<GpuFacts>::facts(&f, "0000:19:00.0")
                 .unwrap_err()
                 .to_string()
                 .contains("malformed")
         );
         let missing = FileFacts::new(dir.path().join("none.json"));
         assert!(
-            missing
-                .facts("x", 0)
+            FactsSource::<GpuFacts>::facts(&missing, "x")
                 .unwrap_err()
                 .to_string()
                 .contains("none.json")

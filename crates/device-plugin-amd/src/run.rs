@@ -8,7 +8,7 @@ use hami_device_plugin::vendor_args::{VendorConfig, VendorServeArgs};
 use hami_device_plugin::{DeviceBackend, Inventory, PluginConfig, VendorHook};
 use hami_server::CancellationToken;
 
-use crate::backend::{AmdBackend, Roots};
+use crate::backend::{AmdBackend, AmdTree, Roots};
 use crate::cli::{NodeArgs, ServeArgs};
 use crate::facts::FileFacts;
 use crate::hook::AmdHook;
@@ -49,11 +49,13 @@ pub fn plugin_config(args: &ServeArgs, node: &str) -> Result<PluginConfig, RunEr
 pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<AmdBackend, RunError> {
     let facts = args.gpu_facts.clone().ok_or(RunError::NoFacts)?;
     Ok(AmdBackend::new(
-        Roots {
-            sysfs: args.roots.sysfs_root.clone(),
-            dev: args.roots.dev_root.clone(),
-        },
-        Arc::new(FileFacts::new(facts)),
+        AmdTree::new(
+            Roots {
+                sysfs: args.roots.sysfs_root.clone(),
+                dev: args.roots.dev_root.clone(),
+            },
+            Arc::new(FileFacts::new(facts)),
+        ),
         poll,
     ))
 }
@@ -61,7 +63,7 @@ pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<AmdBackend,
 /// What `discover` prints: the GPUs and the register annotation's value.
 pub fn discover(args: &NodeArgs) -> Result<serde_json::Value, RunError> {
     let backend = backend(args, std::time::Duration::from_secs(10))?;
-    let gpus = backend.gpus()?;
+    let gpus = backend.devices()?;
     let devices = backend.discover()?;
     let serve = ServeArgs {
         common: VendorServeArgs::default(),

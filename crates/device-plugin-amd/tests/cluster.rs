@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
-use hami_device_plugin_amd::{AmdBackend, AmdHook, FileFacts, RESOURCE, Roots, fake_tree};
+use hami_device_plugin_amd::{AmdBackend, AmdHook, AmdTree, FileFacts, RESOURCE, Roots, fake_tree};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
 use hami_testkit::ApiServer;
 use hami_testkit::kubelet::{Kubelet, KubeletOptions};
@@ -72,8 +72,10 @@ async fn start() -> Node_ {
         dev: tree.path().join("dev"),
     };
     let backend = Arc::new(AmdBackend::new(
-        roots.clone(),
-        Arc::new(FileFacts::new(tree.path().join("gpu-facts.json"))),
+        AmdTree::new(
+            roots.clone(),
+            Arc::new(FileFacts::new(tree.path().join("gpu-facts.json"))),
+        ),
         Duration::from_millis(100),
     ));
     let hook = Arc::new(AmdHook::new(

@@ -2,9 +2,6 @@
 //! ROCm SMI's index, serial number, VRAM, model and CU count, by PCI address. Behind a
 //! trait so tests and the demo read them from a file (`--dcu-facts`).
 
-use std::path::{Path, PathBuf};
-
-use hami_device_plugin::facts_file::{FactsError, FactsFile};
 use serde::Deserialize;
 
 /// The SMI facts of one DCU.
@@ -24,38 +21,8 @@ pub struct DcuFacts {
     pub cu_count: u32,
 }
 
-/// A source of the facts, keyed by PCI address.
-pub trait FactsSource: Send + Sync + 'static {
-    fn name(&self) -> &str;
-    /// The facts of the DCU at `pci_bdf`; `None` when SMI does not know it.
-    fn facts(&self, pci_bdf: &str) -> Result<Option<DcuFacts>, FactsError>;
-}
+pub use hami_device_plugin::facts_file::{FactsError, FactsSource};
 
 /// Facts read from a JSON file `{"<pci bdf>": {"index", "serial", "model", "memory_mib",
 /// "cu_count"}}`, re-read on every discovery.
-#[derive(Debug, Clone)]
-pub struct FileFacts {
-    file: FactsFile,
-}
-
-impl FileFacts {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        FileFacts {
-            file: FactsFile::new(path),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        self.file.path()
-    }
-}
-
-impl FactsSource for FileFacts {
-    fn name(&self) -> &str {
-        "file"
-    }
-
-    fn facts(&self, pci_bdf: &str) -> Result<Option<DcuFacts>, FactsError> {
-        self.file.get(pci_bdf)
-    }
-}
+pub type FileFacts = hami_device_plugin::facts_file::FactsFile;

@@ -15,13 +15,12 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use hami_core::codec::encode_node_register_legacy;
 use hami_core::model::DeviceInfo;
-use hami_core::pod::is_terminal;
+use hami_device_plugin::hook::{device_spec, host_mount, live_node_pods};
 use hami_device_plugin::{
     ContainerContext, HookError, Inventory, PluginConfig, PodAllocation, VendorHook,
 };
-use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
+use hami_kubelet_api::v1beta1::ContainerAllocateResponse;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 use crate::backend::Catalog;
 use crate::vdev::{VdevConf, VdevDirs, VdevName, VdevState};
@@ -121,18 +120,9 @@ async fn live_pods(
     node: &str,
     pod: &Pod,
 ) -> Result<HashSet<String>, HookError> {
-    let pods = Api::<Pod>::all(kube.clone())
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await
-        .map_err(|e| {
-            HookError::Internal(format!(
-                "cannot list the pods of node {node} to rebuild vdev usage: {e}"
-            ))
-        })?;
+    let pods = live_node_pods(kube, node, "vdev usage").await?;
     Ok(pods
-        .items
         .iter()
-        .filter(|p| !is_terminal(p))
         .chain(std::iter::once(pod))
         .filter_map(|p| p.metadata.uid.clone())
         .collect())
@@ -144,22 +134,6 @@ struct DcuPod {
     state: VdevState,
 }
 
-fn device(container: &str, host: PathBuf, permissions: &str) -> DeviceSpec {
-    DeviceSpec {
-        container_path: container.into(),
-        host_path: host.to_string_lossy().into_owned(),
-        permissions: permissions.into(),
-    }
-}
-
-fn mount(container: &str, host: &std::path::Path, read_only: bool) -> Mount {
-    Mount {
-        container_path: container.into(),
-        host_path: host.to_string_lossy().into_owned(),
-        read_only,
-    }
-}
-
 impl PodAllocation for DcuPod {
     fn container(
         &mut self,
@@ -168,9 +142,12 @@ impl PodAllocation for DcuPod {
         let paths = &self.hook.paths;
         let mut r = ContainerAllocateResponse::default();
         r.devices
-            .push(device("/dev/kfd", paths.dev_root.join("kfd"), "rwm"));
-        r.devices
-            .push(device("/dev/mkfd", paths.dev_root.join("mkfd"), "rwm"));
+            .push(device_spec("/dev/kfd", &paths.dev_root.join("kfd"), "rwm"));
+        r.devices.push(device_spec(
+            "/dev/mkfd",
+            &paths.dev_root.join("mkfd"),
+            "rwm",
+        ));
         let mut dcus = Vec::with_capacity(ctx.devices.len());
         for d in ctx.devices {
             let dcu = self.hook.catalog.get(&d.uuid).ok_or_else(|| {
@@ -180,9 +157,9 @@ impl PodAllocation for DcuPod {
                 ))
             })?;
             for node in [&dcu.sys.card, &dcu.sys.render] {
-                r.devices.push(device(
+                r.devices.push(device_spec(
                     &format!("/dev/dri/{node}"),
-                    paths.dev_root.join("dri").join(node),
+                    &paths.dev_root.join("dri").join(node),
                     "rw",
                 ));
             }
@@ -220,12 +197,15 @@ impl PodAllocation for DcuPod {
                 .map_err(HookError::Internal)?;
             self.state.mark(&name).map_err(refused)?;
             tracing::info!(dcu = %d.uuid, dir = %dir.display(), cu_count, mem_mib = d.mem_mib, "vdev created");
-            r.mounts.push(mount(VDEV_IN_CONTAINER, &dir, false));
-            r.mounts
-                .push(mount(HYGON_DRIVER_IN_CONTAINER, &paths.hygon_path, false));
+            r.mounts.push(host_mount(VDEV_IN_CONTAINER, &dir, false));
+            r.mounts.push(host_mount(
+                HYGON_DRIVER_IN_CONTAINER,
+                &paths.hygon_path,
+                false,
+            ));
         }
         r.mounts
-            .push(mount(HYHAL_IN_CONTAINER, &paths.hyhal_path, true));
+            .push(host_mount(HYHAL_IN_CONTAINER, &paths.hyhal_path, true));
         Ok(r)
     }
 }

@@ -16,7 +16,7 @@ pub mod run;
 pub mod sysfs;
 pub mod vdev;
 
-pub use backend::{Catalog, Dcu, DcuBackend, Roots};
+pub use backend::{Catalog, Dcu, DcuBackend, DcuTree, Roots};
 pub use facts::{DcuFacts, FactsSource, FileFacts};
 pub use hook::{DcuHook, HostPaths};
 

@@ -8,7 +8,7 @@ use hami_device_plugin::vendor_args::{VendorConfig, VendorServeArgs};
 use hami_device_plugin::{DeviceBackend, Inventory, PluginConfig, VendorHook};
 use hami_server::CancellationToken;
 
-use crate::backend::{DcuBackend, Roots};
+use crate::backend::{DcuBackend, DcuTree, Roots};
 use crate::cli::{NodeArgs, ServeArgs};
 use crate::facts::FileFacts;
 use crate::hook::{DcuHook, HostPaths};
@@ -61,11 +61,13 @@ pub fn host_paths(args: &ServeArgs) -> HostPaths {
 pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<DcuBackend, RunError> {
     let facts = args.dcu_facts.clone().ok_or(RunError::NoFacts)?;
     Ok(DcuBackend::new(
-        Roots {
-            sysfs: args.roots.sysfs_root.clone(),
-            dev: args.roots.dev_root.clone(),
-        },
-        Arc::new(FileFacts::new(facts)),
+        DcuTree::new(
+            Roots {
+                sysfs: args.roots.sysfs_root.clone(),
+                dev: args.roots.dev_root.clone(),
+            },
+            Arc::new(FileFacts::new(facts)),
+        ),
         poll,
     ))
 }
@@ -73,7 +75,7 @@ pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<DcuBackend,
 /// What `discover` prints: the DCUs and the register annotation's value.
 pub fn discover(args: &NodeArgs) -> Result<serde_json::Value, RunError> {
     let backend = backend(args, std::time::Duration::from_secs(10))?;
-    let dcus = backend.dcus()?;
+    let dcus = backend.devices()?;
     let devices = backend.discover()?;
     let serve = ServeArgs {
         common: VendorServeArgs::default(),

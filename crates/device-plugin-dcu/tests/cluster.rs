@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hami_device_plugin::{Metrics, Plugin, PluginStatus};
 use hami_device_plugin_dcu::cli::{Cli, ServeArgs};
-use hami_device_plugin_dcu::{DcuBackend, DcuHook, FileFacts, RESOURCE, Roots, fake_tree};
+use hami_device_plugin_dcu::{DcuHook, RESOURCE, fake_tree};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
 use hami_testkit::ApiServer;
 use hami_testkit::kubelet::{Kubelet, KubeletOptions};
@@ -83,14 +83,9 @@ async fn start_with(prepare: impl FnOnce(&Path)) -> DcuNode {
     fake_tree::write(tree.path(), &fake_tree::k100_ai(2)).unwrap();
     prepare(tree.path());
     let args = serve_args(kubelet.dir(), tree.path());
-    let backend = Arc::new(DcuBackend::new(
-        Roots {
-            sysfs: args.node.roots.sysfs_root.clone(),
-            dev: args.node.roots.dev_root.clone(),
-        },
-        Arc::new(FileFacts::new(tree.path().join("dcu-facts.json"))),
-        args.common.health_interval,
-    ));
+    let backend = Arc::new(
+        hami_device_plugin_dcu::run::backend(&args.node, args.common.health_interval).unwrap(),
+    );
     let hook = Arc::new(DcuHook::new(
         backend.catalog(),
         hami_device_plugin_dcu::run::host_paths(&args),

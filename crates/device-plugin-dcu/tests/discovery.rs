@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_device_plugin::DeviceBackend;
-use hami_device_plugin_dcu::{DcuBackend, FileFacts, Roots, fake_tree, sysfs};
+use hami_device_plugin_dcu::{DcuBackend, DcuTree, FileFacts, Roots, fake_tree, sysfs};
 use hami_server::test_support::LogCapture;
 use hami_server::trace::{LogFormat, subscriber};
 
@@ -18,8 +18,10 @@ fn roots(dir: &std::path::Path) -> Roots {
 
 fn backend(dir: &std::path::Path) -> DcuBackend {
     DcuBackend::new(
-        roots(dir),
-        Arc::new(FileFacts::new(dir.join("dcu-facts.json"))),
+        DcuTree::new(
+            roots(dir),
+            Arc::new(FileFacts::new(dir.join("dcu-facts.json"))),
+        ),
         Duration::from_secs(1),
     )
 }

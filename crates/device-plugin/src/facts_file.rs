@@ -60,6 +60,25 @@ impl FactsFile {
     }
 }
 
+/// A source of per-device facts, keyed by PCI address: a vendor library, or a
+/// [`FactsFile`] standing in for it.
+pub trait FactsSource<T>: Send + Sync + 'static {
+    fn name(&self) -> &str;
+    /// The facts of the device at `pci_address`; `None` when the source does not know it
+    /// (the device is then not registered).
+    fn facts(&self, pci_address: &str) -> Result<Option<T>, FactsError>;
+}
+
+impl<T: DeserializeOwned> FactsSource<T> for FactsFile {
+    fn name(&self) -> &str {
+        "file"
+    }
+
+    fn facts(&self, pci_address: &str) -> Result<Option<T>, FactsError> {
+        self.get(pci_address)
+    }
+}
+
 /// The devices of a backend's last discovery by registered ID, shared with the vendor's
 /// hook (which needs the DRM nodes, PCI address or CU count behind an ID).
 #[derive(Debug)]

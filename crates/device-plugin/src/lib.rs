@@ -58,6 +58,7 @@ mod publisher;
 mod service;
 pub mod serving;
 mod shared;
+pub mod tree_backend;
 pub mod vendor_args;
 
 use std::sync::Arc;
