@@ -2,19 +2,16 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use hami_device_plugin::vendor_args::{RootArgs, VendorServeArgs};
-use hami_server::args::LogArgs;
-use hami_server::flags::DURATION_HELP;
+use clap::Args;
+use hami_device_plugin::vendor_args::{
+    RootArgs, VendorBinary, VendorCli, VendorCommand, VendorServeArgs,
+};
 
 /// The AMD device plugin of hami-rs.
-#[derive(Debug, Parser)]
-#[command(
-    name = "hami-device-plugin-amd",
-    version,
-    subcommand_negates_reqs = true,
-    about = "AMD Instinct device plugin of hami-rs: shares GPUs between containers as HAMi does",
-    long_about = "AMD Instinct device plugin of hami-rs, wire-compatible with HAMi.\n\n\
+pub const BINARY: VendorBinary = VendorBinary {
+    name: "hami-device-plugin-amd",
+    about: "AMD Instinct device plugin of hami-rs: shares GPUs between containers as HAMi does",
+    long_about: "AMD Instinct device plugin of hami-rs, wire-compatible with HAMi.\n\n\
         Without a subcommand it serves the kubelet device plugin API on \
         <device-plugin-path>/amd-gpu.sock and registers amd.com/gpu, advertising every GPU \
         --split-count times. GPUs come from the KFD topology and amdgpu's PCI devices under \
@@ -27,24 +24,12 @@ use hami_server::flags::DURATION_HELP;
         once the pod's last container is done. It re-registers when kubelet restarts.\n\n\
         `hami-device-plugin-amd discover` prints the GPUs and the register annotation this \
         node would publish, as JSON, without contacting Kubernetes.",
-    after_help = DURATION_HELP
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
+};
 
-    #[command(flatten)]
-    pub serve: ServeArgs,
-
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Print the GPUs discovered and the register annotation as JSON, then exit.
-    Discover(NodeArgs),
-}
+/// The parsed command line.
+pub type Cli = VendorCli<ServeArgs, NodeArgs>;
+/// Its subcommands.
+pub type Command = VendorCommand<NodeArgs>;
 
 /// Where the node's GPUs are read from.
 #[derive(Debug, Clone, Args)]
@@ -81,14 +66,17 @@ pub struct ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::Parser;
     use std::path::Path;
     use std::time::Duration;
 
     #[test]
     fn cli_is_consistent_and_help_names_the_env_vars() {
-        Cli::command().debug_assert();
-        let help = Cli::command().render_long_help().to_string();
+        BINARY.command::<ServeArgs, NodeArgs>().debug_assert();
+        let help = BINARY
+            .command::<ServeArgs, NodeArgs>()
+            .render_long_help()
+            .to_string();
         for env in [
             "NODE_NAME",
             "SYSFS_ROOT",

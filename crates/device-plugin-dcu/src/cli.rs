@@ -2,23 +2,21 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
-use hami_device_plugin::vendor_args::{RootArgs, VendorServeArgs};
-use hami_server::args::LogArgs;
-use hami_server::flags::DURATION_HELP;
+use clap::Args;
+use hami_device_plugin::vendor_args::{
+    RootArgs, VendorBinary, VendorCli, VendorCommand, VendorServeArgs,
+};
 
 /// The Hygon DCU device plugin of hami-rs.
-#[derive(Debug, Parser)]
-#[command(
-    name = "hami-device-plugin-dcu",
-    version,
-    subcommand_negates_reqs = true,
-    about = "Hygon DCU device plugin of hami-rs: shares DCUs between containers as HAMi does",
-    long_about = "Hygon DCU device plugin of hami-rs, wire-compatible with HAMi.\n\n\
+pub const BINARY: VendorBinary = VendorBinary {
+    name: "hami-device-plugin-dcu",
+    about: "Hygon DCU device plugin of hami-rs: shares DCUs between containers as HAMi does",
+    long_about: "Hygon DCU device plugin of hami-rs, wire-compatible with HAMi.\n\n\
         Without a subcommand it serves the kubelet device plugin API on \
         <device-plugin-path>/hygon-dcunum.sock and registers hygon.com/dcunum, advertising \
-        every DCU --split-count times. DCUs are the DRM nodes under --dev-root whose PCI \
-        vendor in --sysfs-root is 0x1d94; their SMI index, serial number, memory, model and \
+        every DCU --split-count times. DCUs are the DRM nodes of --sysfs-root (class/drm) \
+        whose PCI vendor is 0x1d94, healthy while their device files under --dev-root \
+        exist; their SMI index, serial number, memory, model and \
         CU count come from --dcu-facts. It publishes them in the node annotation \
         hami.io/node-dcu-register (HAMi's legacy string) and answers \
         hami.io/node-handshake-dcu every --register-interval. On Allocate it gives each \
@@ -31,24 +29,12 @@ use hami_server::flags::DURATION_HELP;
         when kubelet restarts.\n\n\
         `hami-device-plugin-dcu discover` prints the DCUs and the register annotation this \
         node would publish, as JSON, without contacting Kubernetes.",
-    after_help = DURATION_HELP
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
+};
 
-    #[command(flatten)]
-    pub serve: ServeArgs,
-
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Print the DCUs discovered and the register annotation as JSON, then exit.
-    Discover(NodeArgs),
-}
+/// The parsed command line.
+pub type Cli = VendorCli<ServeArgs, NodeArgs>;
+/// Its subcommands.
+pub type Command = VendorCommand<NodeArgs>;
 
 /// Where the node's DCUs are read from.
 #[derive(Debug, Clone, Args)]
@@ -98,14 +84,17 @@ pub struct ServeArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::Parser;
     use std::path::Path;
     use std::time::Duration;
 
     #[test]
     fn cli_is_consistent_and_help_names_the_env_vars() {
-        Cli::command().debug_assert();
-        let help = Cli::command().render_long_help().to_string();
+        BINARY.command::<ServeArgs, NodeArgs>().debug_assert();
+        let help = BINARY
+            .command::<ServeArgs, NodeArgs>()
+            .render_long_help()
+            .to_string();
         for env in [
             "NODE_NAME",
             "SYSFS_ROOT",

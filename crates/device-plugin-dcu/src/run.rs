@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use hami_core::vendor::hygon::Hygon;
-use hami_device_plugin::serving::{ServeError, VendorPlugin, serve_vendor};
-use hami_device_plugin::vendor_args::{VendorConfig, VendorServeArgs};
+use hami_device_plugin::serving::{VendorPlugin, serve_vendor};
+use hami_device_plugin::vendor_args::{VendorConfig, VendorRunError, VendorServeArgs};
 use hami_device_plugin::{DeviceBackend, Inventory, PluginConfig, VendorHook};
 use hami_server::CancellationToken;
 
@@ -14,19 +14,7 @@ use crate::facts::FileFacts;
 use crate::hook::{DcuHook, HostPaths};
 
 /// Why the plugin could not start or stopped.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    #[error("--dcu-facts (DCU_FACTS) is required")]
-    NoFacts,
-    #[error(transparent)]
-    Config(#[from] hami_device_plugin::ConfigError),
-    #[error(transparent)]
-    Spec(#[from] hami_device_plugin::VendorSpecError),
-    #[error(transparent)]
-    Backend(#[from] hami_device_plugin::BackendError),
-    #[error(transparent)]
-    Serve(#[from] ServeError),
-}
+pub type RunError = VendorRunError;
 
 /// The framework configuration for `node`.
 pub fn plugin_config(args: &ServeArgs, node: &str) -> Result<PluginConfig, RunError> {
@@ -59,7 +47,10 @@ pub fn host_paths(args: &ServeArgs) -> HostPaths {
 
 /// The backend the flags describe.
 pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<DcuBackend, RunError> {
-    let facts = args.dcu_facts.clone().ok_or(RunError::NoFacts)?;
+    let facts = args
+        .dcu_facts
+        .clone()
+        .ok_or(RunError::Missing("--dcu-facts (DCU_FACTS)"))?;
     Ok(DcuBackend::new(
         DcuTree::new(
             Roots {

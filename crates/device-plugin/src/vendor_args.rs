@@ -125,3 +125,114 @@ impl VendorServeArgs {
         }
     }
 }
+
+/// The command line of a vendor binary: its serving flags `S` (which flatten
+/// [`VendorServeArgs`]), and `discover` with its node flags `N`.
+#[derive(Debug, clap::Parser)]
+#[command(
+    version,
+    subcommand_negates_reqs = true,
+    after_help = hami_server::flags::DURATION_HELP
+)]
+pub struct VendorCli<S: Args, N: Args> {
+    #[command(subcommand)]
+    pub command: Option<VendorCommand<N>>,
+
+    #[command(flatten)]
+    pub serve: S,
+
+    #[command(flatten)]
+    pub log: hami_server::args::LogArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum VendorCommand<N: Args> {
+    /// Print the devices discovered and the register annotation as JSON, then exit.
+    Discover(N),
+}
+
+/// A vendor binary's name and help texts.
+#[derive(Debug, Clone, Copy)]
+pub struct VendorBinary {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub long_about: &'static str,
+}
+
+impl VendorBinary {
+    /// The binary's command line, with its name and help.
+    pub fn command<S: Args, N: Args>(&self) -> clap::Command {
+        use clap::CommandFactory;
+        VendorCli::<S, N>::command()
+            .name(self.name)
+            .bin_name(self.name)
+            .about(self.about)
+            .long_about(self.long_about)
+    }
+
+    /// Parses `args` (the first is the binary's path).
+    pub fn try_parse_from<S: Args, N: Args, I, T>(
+        &self,
+        args: I,
+    ) -> Result<VendorCli<S, N>, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::FromArgMatches;
+        let matches = self.command::<S, N>().try_get_matches_from(args)?;
+        VendorCli::from_arg_matches(&matches)
+    }
+
+    /// The process's entry point: parses the command line (exiting with clap's message
+    /// on a bad one), sets up logging, then serves until SIGTERM/SIGINT or prints what
+    /// `discover` returns.
+    pub async fn main<S, N, R, RE, DE>(
+        &self,
+        run: impl FnOnce(S, hami_server::CancellationToken) -> R,
+        discover: impl FnOnce(&N) -> Result<serde_json::Value, DE>,
+    ) -> anyhow::Result<()>
+    where
+        S: Args,
+        N: Args,
+        R: std::future::Future<Output = Result<(), RE>>,
+        RE: std::error::Error + Send + Sync + 'static,
+        DE: std::error::Error + Send + Sync + 'static,
+    {
+        use anyhow::Context;
+        // Ignored when already installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let cli = self
+            .try_parse_from::<S, N, _, _>(std::env::args_os())
+            .unwrap_or_else(|e| e.exit());
+        cli.log.init_tracing()?;
+        match cli.command {
+            None => {
+                let shutdown = hami_server::shutdown::shutdown_on_signals();
+                run(cli.serve, shutdown)
+                    .await
+                    .with_context(|| format!("{} failed", self.name))
+            }
+            Some(VendorCommand::Discover(args)) => {
+                let report = discover(&args).context("discovery failed")?;
+                println!("{}", serde_json::to_string_pretty(&report)?);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Why a vendor binary could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum VendorRunError {
+    #[error("{0} is required")]
+    Missing(&'static str),
+    #[error(transparent)]
+    Config(#[from] crate::ConfigError),
+    #[error(transparent)]
+    Spec(#[from] crate::VendorSpecError),
+    #[error(transparent)]
+    Backend(#[from] crate::BackendError),
+    #[error(transparent)]
+    Serve(#[from] crate::serving::ServeError),
+}
