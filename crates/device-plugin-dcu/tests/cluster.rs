@@ -8,19 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_device_plugin::{Metrics, Plugin, PluginStatus};
-use hami_device_plugin_dcu::cli::{Cli, ServeArgs};
-use hami_device_plugin_dcu::{DcuHook, RESOURCE, fake_tree};
+use hami_device_plugin_dcu::cli::{BINARY, Cli, ServeArgs};
+use hami_device_plugin_dcu::{DcuHook, RESOURCE, fake_tree, run};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
-use hami_testkit::ApiServer;
-use hami_testkit::kubelet::{Kubelet, KubeletOptions};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const NODE: &str = "dcu-node";
-const NS: &str = "default";
 const WAIT: Duration = Duration::from_secs(15);
 const TO_ALLOCATE: &str = "hami.io/dcu-devices-to-allocate";
 const ALLOCATED: &str = "hami.io/dcu-devices-allocated";
@@ -28,9 +26,7 @@ const REGISTER: &str = "hami.io/node-dcu-register";
 const HANDSHAKE: &str = "hami.io/node-handshake-dcu";
 
 struct DcuNode {
-    _api: ApiServer,
-    client: kube::Client,
-    kubelet: Kubelet,
+    node: PluginNode,
     tree: tempfile::TempDir,
     shutdown: CancellationToken,
     status: watch::Receiver<PluginStatus>,
@@ -39,68 +35,44 @@ struct DcuNode {
 
 /// The flags the binary would be given, on the emulator's directory and the fake tree.
 fn serve_args(dir: &Path, tree: &Path) -> ServeArgs {
-    use clap::Parser;
-    let cli = Cli::try_parse_from([
-        "hami-device-plugin-dcu".to_string(),
-        format!("--node-name={NODE}"),
-        format!("--device-plugin-path={}", dir.display()),
-        format!("--sysfs-root={}", tree.join("sys").display()),
-        format!("--dev-root={}", tree.join("dev").display()),
-        format!("--dcu-facts={}", tree.join("dcu-facts.json").display()),
-        format!("--vgpu-dir={}", tree.join("vgpu").display()),
-        format!("--vdev-dir={}", tree.join("etc-vdev").display()),
-        format!("--hygon-path={}", tree.join("dtk").display()),
-        format!("--hyhal-path={}", tree.join("hyhal").display()),
-        "--register-interval=200ms".into(),
-        "--health-interval=100ms".into(),
-    ])
-    .unwrap();
-    cli.serve
-}
-
-async fn api_with_node() -> (ApiServer, kube::Client) {
-    let api = ApiServer::start().await.unwrap();
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
+    let cli: Cli = BINARY
+        .try_parse_from([
+            "hami-device-plugin-dcu".to_string(),
+            format!("--node-name={NODE}"),
+            format!("--device-plugin-path={}", dir.display()),
+            format!("--sysfs-root={}", tree.join("sys").display()),
+            format!("--dev-root={}", tree.join("dev").display()),
+            format!("--dcu-facts={}", tree.join("dcu-facts.json").display()),
+            format!("--vgpu-dir={}", tree.join("vgpu").display()),
+            format!("--vdev-dir={}", tree.join("etc-vdev").display()),
+            format!("--hygon-path={}", tree.join("dtk").display()),
+            format!("--hyhal-path={}", tree.join("hyhal").display()),
+            "--register-interval=200ms".into(),
+            "--health-interval=100ms".into(),
+        ])
         .unwrap();
-    (api, client)
+    cli.serve
 }
 
 /// Starts the plugin as the binary does (configuration, backend and hook from the
 /// flags), on a tree `prepare` may change first.
 async fn start_with(prepare: impl FnOnce(&Path)) -> DcuNode {
-    let (api, client) = api_with_node().await;
-    let kubelet = Kubelet::start_with(KubeletOptions {
-        node_name: Some(NODE.into()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let node = PluginNode::start(NODE).await.unwrap();
     let tree = tempfile::tempdir().unwrap();
     fake_tree::write(tree.path(), &fake_tree::k100_ai(2)).unwrap();
     prepare(tree.path());
-    let args = serve_args(kubelet.dir(), tree.path());
-    let backend = Arc::new(
-        hami_device_plugin_dcu::run::backend(&args.node, args.common.health_interval).unwrap(),
-    );
-    let hook = Arc::new(DcuHook::new(
-        backend.catalog(),
-        hami_device_plugin_dcu::run::host_paths(&args),
-    ));
-    let cfg = hami_device_plugin_dcu::run::plugin_config(&args, NODE).unwrap();
-    let plugin = Plugin::new(cfg, backend, client.clone(), Metrics::default())
+    let args = serve_args(node.kubelet.dir(), tree.path());
+    let backend = Arc::new(run::backend(&args.node, args.common.health_interval).unwrap());
+    let hook = Arc::new(DcuHook::new(backend.catalog(), run::host_paths(&args)));
+    let cfg = run::plugin_config(&args, NODE).unwrap();
+    let plugin = Plugin::new(cfg, backend, node.client.clone(), Metrics::default())
         .unwrap()
         .with_hook(hook);
     let status = plugin.status();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(plugin.run(shutdown.clone()));
     DcuNode {
-        _api: api,
-        client,
-        kubelet,
+        node,
         tree,
         shutdown,
         status,
@@ -121,45 +93,21 @@ impl DcuNode {
     }
 
     async fn node_annotation(&self, key: &str) -> Option<String> {
-        let node = Api::<Node>::all(self.client.clone())
-            .get(NODE)
-            .await
-            .unwrap();
-        node.metadata
-            .annotations
-            .unwrap_or_default()
-            .get(key)
-            .cloned()
+        self.node.node_annotation(key).await.unwrap()
     }
 
     async fn wait_node_annotation(&self, key: &str, ok: impl Fn(&str) -> bool) -> String {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = self.node_annotation(key).await
-                && ok(&v)
-            {
-                return v;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{key}: {:?}",
-                self.node_annotation(key).await
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.node
+            .wait_node_annotation(key, WAIT, ok)
+            .await
+            .unwrap_or_else(|last| panic!("{key}: {last:?}"))
     }
 
     async fn annotations(&self, pod: &str) -> BTreeMap<String, String> {
-        Api::<Pod>::namespaced(self.client.clone(), NS)
-            .get(pod)
-            .await
-            .unwrap()
-            .metadata
-            .annotations
-            .unwrap_or_default()
+        self.node.pod_annotations(pod).await.unwrap()
     }
 
-    /// A pod as the HAMi scheduler leaves it after Bind, with the node lock taken.
+    /// A pod with these containers as the HAMi scheduler leaves it after Bind.
     async fn scheduled(&self, name: &str, containers: Value, to_allocate: &str) -> Pod {
         self.scheduled_spec(name, json!({"containers": containers}), to_allocate)
             .await
@@ -167,49 +115,23 @@ impl DcuNode {
 
     /// [`Self::scheduled`] with the whole pod spec (init containers).
     async fn scheduled_spec(&self, name: &str, spec: Value, to_allocate: &str) -> Pod {
-        let mut spec = spec;
-        spec["nodeName"] = json!(NODE);
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": NS, "annotations": {
-                "hami.io/vgpu-node": NODE,
-                "hami.io/vgpu-time": "1767225600",
-                TO_ALLOCATE: to_allocate,
-                ALLOCATED: to_allocate,
-                "hami.io/bind-phase": "allocating",
-                "hami.io/bind-time": "1767225601",
-            }},
-            "spec": spec,
-        }))
-        .unwrap();
-        let pod = Api::<Pod>::namespaced(self.client.clone(), NS)
-            .create(&PostParams::default(), &pod)
-            .await
-            .unwrap();
-        hami_k8s::lock::try_acquire(
-            &self.client,
-            NODE,
-            NS,
-            name,
-            hami_k8s::lock::DEFAULT_LOCK_TIMEOUT,
-        )
-        .await
-        .unwrap();
-        pod
+        let ann = json!({TO_ALLOCATE: to_allocate, ALLOCATED: to_allocate});
+        self.node.scheduled(name, spec, ann).await.unwrap()
     }
 
     fn path(&self, rel: &str) -> PathBuf {
         self.tree.path().join(rel)
     }
 
-    /// Stops the plugin; the API server stays up while the caller holds it.
-    async fn stop(self) -> (ApiServer, kube::Client) {
+    /// Stops the plugin; the API server stays up while the caller holds the node.
+    async fn stop(self) -> PluginNode {
         self.shutdown.cancel();
         tokio::time::timeout(WAIT, self.task)
             .await
             .unwrap()
             .unwrap()
             .unwrap();
-        (self._api, self.client)
+        self.node
     }
 }
 
@@ -277,7 +199,7 @@ fn read(path: &Path) -> String {
 async fn registers_the_legacy_string_and_reports_the_handshake_every_round() {
     let mut n = start_with(|_| {}).await;
     n.registered(1).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
     let register = n.wait_node_annotation(REGISTER, |_| true).await;
     assert_eq!(
         register,
@@ -288,7 +210,7 @@ async fn registers_the_legacy_string_and_reports_the_handshake_every_round() {
         .await;
     // The scheduler asks; the next round answers, even though kubelet vouches.
     hami_k8s::patch::patch_node(
-        &n.client,
+        &n.node.client,
         NODE,
         &hami_k8s::patch::MetadataPatch::new()
             .annotate(HANDSHAKE, "Requesting_2026-01-01 00:00:00"),
@@ -299,10 +221,9 @@ async fn registers_the_legacy_string_and_reports_the_handshake_every_round() {
         .wait_node_annotation(HANDSHAKE, |v| v.starts_with("Reported "))
         .await;
     assert!(!answered.contains("Requesting"), "{first} then {answered}");
-    let (_api, client) = n.stop().await;
+    let node = n.stop().await;
     // Stopping publishes every DCU unhealthy.
-    let node = Api::<Node>::all(client).get(NODE).await.unwrap();
-    let withdrawn = node.metadata.annotations.unwrap()[REGISTER].clone();
+    let withdrawn = node.node_annotation(REGISTER).await.unwrap().unwrap();
     assert!(
         withdrawn.contains(",false,0,hami:") && !withdrawn.contains(",true,"),
         "{withdrawn}"
@@ -313,7 +234,7 @@ async fn registers_the_legacy_string_and_reports_the_handshake_every_round() {
 async fn whole_and_partial_cards_container_by_container() {
     let mut n = start_with(|_| {}).await;
     n.registered(1).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
     // a: both DCUs whole; b: 4 GiB and 30% of DCU 1 (a vdev); an init container before them.
     let value = "DCU-SN0001,DCU,65520,100:DCU-SN0002,DCU,65520,100:;DCU-SN0002,DCU,4096,30:;";
     let value = format!(";{value}");
@@ -323,7 +244,7 @@ async fn whole_and_partial_cards_container_by_container() {
     });
     let pod = n.scheduled_spec("train", spec, &value).await;
     let uid = pod.metadata.uid.clone().unwrap();
-    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
     let hyhal = mount("/opt/hyhal", &n.path("hyhal"), true);
 
     let a = &admitted.get("a", RESOURCE).unwrap().response;
@@ -378,7 +299,7 @@ async fn whole_and_partial_cards_container_by_container() {
         )
         .await;
     let uid2 = pod.metadata.uid.clone().unwrap();
-    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
     let c = &admitted.get("c", RESOURCE).unwrap().response;
     let dir2 = n.path(&format!(
         "vgpu/dcu/{uid2}_c_1_1_1_fffffff000000000_00000000000000ff"
@@ -405,7 +326,7 @@ async fn whole_and_partial_cards_container_by_container() {
             "DCU-SN0002,DCU,4096,50:;",
         )
         .await;
-    let err = n.kubelet.admit(&pod).await.unwrap_err().to_string();
+    let err = n.node.kubelet.admit(&pod).await.unwrap_err().to_string();
     assert!(
         err.contains("48 compute units free, the container needs 60"),
         "{err}"
@@ -437,7 +358,7 @@ async fn restart_rebuilds_vdevs_from_their_directories_and_removes_orphans() {
         "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "dtk"}]},
     }))
     .unwrap();
-    let running = Api::<Pod>::namespaced(n.client.clone(), NS)
+    let running = Api::<Pod>::namespaced(n.node.client.clone(), NS)
         .create(&PostParams::default(), &running)
         .await
         .unwrap();
@@ -446,7 +367,7 @@ async fn restart_rebuilds_vdevs_from_their_directories_and_removes_orphans() {
         .join(live_dir(running.metadata.uid.as_deref().unwrap()));
     std::fs::create_dir_all(&running_dir).unwrap();
     n.registered(1).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
 
     let pod = n
         .scheduled(
@@ -456,7 +377,7 @@ async fn restart_rebuilds_vdevs_from_their_directories_and_removes_orphans() {
         )
         .await;
     let uid = pod.metadata.uid.clone().unwrap();
-    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
     let c = &admitted.get("c", RESOURCE).unwrap().response;
     // 12 CUs after the live pod's 0..11; pipe 1 (pipe 0 is the live pod's); vdev 1, free
     // again once the orphan is gone.
@@ -487,13 +408,13 @@ async fn restart_rebuilds_vdevs_from_their_directories_and_removes_orphans() {
     );
 
     // kubelet restarts: the plugin registers again and its devices come back.
-    n.kubelet.restart().await.unwrap();
+    n.node.kubelet.restart().await.unwrap();
     n.registered(2).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
     // A render node disappears: that DCU's replicas turn unhealthy.
     std::fs::remove_file(n.path("dev/dri/renderD129")).unwrap();
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 4, WAIT).await);
-    let socket = n.kubelet.dir().join("hygon-dcunum.sock");
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 4, WAIT).await);
+    let socket = n.node.kubelet.dir().join("hygon-dcunum.sock");
     n.stop().await;
     assert!(!socket.exists(), "socket removed on shutdown");
 }
