@@ -313,7 +313,10 @@ mod tests {
             file
         ));
         assert!(changes_file(
-            &on(EventKind::Create(CreateKind::File), "/nodes/n1/devices.yaml"),
+            &on(
+                EventKind::Create(CreateKind::File),
+                "/nodes/n1/devices.yaml"
+            ),
             file
         ));
         // Reading it (our own reload) is no change.
@@ -325,7 +328,10 @@ mod tests {
             file
         ));
         assert!(!changes_file(
-            &on(EventKind::Access(AccessKind::Open(AccessMode::Any)), "/nodes/n1/devices.yaml"),
+            &on(
+                EventKind::Access(AccessKind::Open(AccessMode::Any)),
+                "/nodes/n1/devices.yaml"
+            ),
             file
         ));
         // Other files of the directory are not ours.
