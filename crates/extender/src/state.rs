@@ -230,6 +230,12 @@ impl SchedState {
         self.resources.len()
     }
 
+    /// Pods holding devices while unbound: reservations from /filter awaiting their
+    /// bind, and unbound pods whose annotations still count until they expire.
+    pub fn unbound_holders(&self) -> usize {
+        self.unbound_holders.len()
+    }
+
     pub fn registry(&self) -> &VendorRegistry {
         &self.registry
     }
