@@ -12,6 +12,7 @@
 //! took it stopped mid-bind (`docs/extender.md#node-lock-takeover`).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -104,11 +105,57 @@ pub enum Takeover {
 /// too: what tells a lock whose owner nobody is binding from a live one.
 #[derive(Debug)]
 pub struct LocalBinds {
-    in_flight: Mutex<HashMap<(String, String), usize>>,
+    in_flight: Mutex<InFlight>,
     /// `None`: this process is the only one that binds (no leader election), so an
     /// unbound owner it is not binding is abandoned. `Some(g)`: other replicas may be
     /// binding; the lock must also be `g` old.
     peer_grace: Option<Duration>,
+}
+
+/// A pod's key: namespace and name.
+type PodKey = (String, String);
+
+/// The binds in flight by pod, and the readers of owner pods waiting to learn whether a
+/// bind of that pod started or ended while they read it.
+#[derive(Debug, Default)]
+struct InFlight {
+    binds: HashMap<PodKey, usize>,
+    watches: HashMap<PodKey, Vec<Arc<AtomicBool>>>,
+}
+
+impl InFlight {
+    /// A bind of `key` started or ended: every read of that pod in progress is stale.
+    fn touch(&self, key: &PodKey) {
+        for w in self.watches.get(key).into_iter().flatten() {
+            w.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Marks a read of an owner pod: whether a bind of it started or ended since
+/// (`docs/extender.md#node-lock-takeover`).
+struct OwnerRead<'a> {
+    binds: &'a LocalBinds,
+    key: PodKey,
+    touched: Arc<AtomicBool>,
+}
+
+impl OwnerRead<'_> {
+    fn touched(&self) -> bool {
+        self.touched.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for OwnerRead<'_> {
+    fn drop(&mut self) {
+        let mut st = self.binds.in_flight.lock_unpoisoned();
+        if let Some(ws) = st.watches.get_mut(&self.key) {
+            ws.retain(|w| !Arc::ptr_eq(w, &self.touched));
+            if ws.is_empty() {
+                st.watches.remove(&self.key);
+            }
+        }
+    }
 }
 
 impl LocalBinds {
@@ -132,11 +179,10 @@ impl LocalBinds {
     /// Marks a bind of pod `namespace/name` as in flight until the guard is dropped.
     pub fn start(self: &Arc<Self>, namespace: &str, name: &str) -> BindInFlight {
         let key = (namespace.to_string(), name.to_string());
-        *self
-            .in_flight
-            .lock_unpoisoned()
-            .entry(key.clone())
-            .or_default() += 1;
+        let mut st = self.in_flight.lock_unpoisoned();
+        *st.binds.entry(key.clone()).or_default() += 1;
+        st.touch(&key);
+        drop(st);
         BindInFlight {
             binds: self.clone(),
             key,
@@ -147,23 +193,46 @@ impl LocalBinds {
     pub fn is_binding(&self, namespace: &str, name: &str) -> bool {
         self.in_flight
             .lock_unpoisoned()
+            .binds
             .contains_key(&(namespace.to_string(), name.to_string()))
     }
 
-    /// Whether a lock taken at `taken` for `owner` (the pod as read now) is abandoned:
-    /// the owner is unbound (bound, the device plugin releases the lock once it
-    /// allocated), this process is not binding it, and no other replica can still be.
-    fn abandoned(&self, owner: &Pod, taken: &DateTime<FixedOffset>, now: &DateTime<Utc>) -> bool {
-        let meta = &owner.metadata;
-        let (ns, name) = (
-            meta.namespace.as_deref().unwrap_or_default(),
-            meta.name.as_deref().unwrap_or_default(),
-        );
+    /// Starts a read of owner pod `namespace/name`; taken before the read is sent.
+    fn read_owner(&self, namespace: &str, name: &str) -> OwnerRead<'_> {
+        let key = (namespace.to_string(), name.to_string());
+        let touched = Arc::new(AtomicBool::new(false));
+        self.in_flight
+            .lock_unpoisoned()
+            .watches
+            .entry(key.clone())
+            .or_default()
+            .push(touched.clone());
+        OwnerRead {
+            binds: self,
+            key,
+            touched,
+        }
+    }
+
+    /// Whether a lock taken at `taken` for `owner` (the pod as `read` returned it) is
+    /// abandoned: the owner is unbound (bound, the device plugin releases the lock once it
+    /// allocated), this process is not binding it and neither started nor ended a bind of
+    /// it while the read was under way (a bind that ended then may have created its
+    /// Binding after the read was answered), and no other replica can still be binding it.
+    fn abandoned(
+        &self,
+        owner: &Pod,
+        read: &OwnerRead<'_>,
+        taken: &DateTime<FixedOffset>,
+        now: &DateTime<Utc>,
+    ) -> bool {
+        let (ns, name) = (read.key.0.as_str(), read.key.1.as_str());
         let held = now
             .signed_duration_since(taken)
             .to_std()
             .unwrap_or_default();
         hami_core::pod::bound_node(owner).is_none()
+            && !read.touched()
             && !self.is_binding(ns, name)
             && self.peer_grace.is_none_or(|grace| held >= grace)
     }
@@ -178,13 +247,14 @@ pub struct BindInFlight {
 
 impl Drop for BindInFlight {
     fn drop(&mut self) {
-        let mut in_flight = self.binds.in_flight.lock_unpoisoned();
-        if let Some(n) = in_flight.get_mut(&self.key) {
+        let mut st = self.binds.in_flight.lock_unpoisoned();
+        if let Some(n) = st.binds.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {
-                in_flight.remove(&self.key);
+                st.binds.remove(&self.key);
             }
         }
+        st.touch(&self.key);
     }
 }
 
@@ -409,12 +479,18 @@ async fn judge(
     }
     if let Some(o) = &lock.owner {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &o.namespace);
+        // Marked before the read is sent: see `LocalBinds::abandoned`.
+        let read = binds.map(|b| b.read_owner(&o.namespace, &o.name));
         match pods.get_opt(&o.name).await {
             Ok(None) => return Ok(Verdict::Free(Takeover::Dangling { owner })),
             Ok(Some(p)) if owner_done(&p, node) => {
                 return Ok(Verdict::Free(Takeover::Dangling { owner }));
             }
-            Ok(Some(p)) if binds.is_some_and(|b| b.abandoned(&p, &lock.acquired_at, &now)) => {
+            Ok(Some(p))
+                if binds
+                    .zip(read.as_ref())
+                    .is_some_and(|(b, r)| b.abandoned(&p, r, &lock.acquired_at, &now)) =>
+            {
                 return Ok(Verdict::Free(Takeover::Abandoned { owner }));
             }
             Ok(Some(_)) => {}

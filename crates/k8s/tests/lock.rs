@@ -316,6 +316,41 @@ async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
     );
 }
 
+/// The chaos run's fault (`docs/architecture.md#chaos-run`): a bind that ends while the
+/// next locker reads its owner pod may have created its Binding after the read was
+/// answered, so the unbound owner that read returned proves nothing; the lock is held
+/// (kubelet is about to allocate that pod) and judged again on the next try.
+#[tokio::test]
+async fn a_bind_ending_while_its_owner_is_read_is_not_abandoned() {
+    let (server, client) = setup().await;
+    create_pod(&client, "owner", json!({BIND_PHASE: "allocating"})).await;
+    create_pod(&client, "next", json!({})).await;
+    let sole = LocalBinds::sole();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    set_lock(&client, &format!("{now},default,owner")).await;
+
+    let binding = sole.start("default", "owner");
+    server
+        .faults()
+        .before_next("get", "/pods/owner", move || drop(binding));
+    let held = lock::try_acquire_with(&client, "n1", "default", "next", TIMEOUT, &sole).await;
+    assert!(
+        held.as_ref().is_err_and(LockError::is_held),
+        "the owner's bind ended during the read: {held:?}"
+    );
+    assert_eq!(lock_value(&client).await, Some(format!("{now},default,owner")));
+
+    // Read again with no bind in flight and still unbound: abandoned, taken over at once.
+    assert_eq!(
+        lock::try_acquire_with(&client, "n1", "default", "next", TIMEOUT, &sole)
+            .await
+            .unwrap(),
+        Acquired::TookOver(Takeover::Abandoned {
+            owner: "default/owner".into()
+        })
+    );
+}
+
 /// HAMi's `Test_LockNode`, `TestLockNodeWithDangling` and `TestReleaseNodeLock`
 /// (pkg/util/nodelock), case by case. Three of HAMi's cases are deliberate differences
 /// (`docs/protocol.md#node-lock`): the lock's own owner takes it back (HAMi: `node has been
