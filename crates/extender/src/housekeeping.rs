@@ -1,15 +1,20 @@
-//! Background rounds: node registration health (handshakes) and reservation expiry.
+//! Background rounds: node registration health (handshakes), reservation expiry and the
+//! release of stale node locks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hami_core::annotations::NODE_LOCK;
 use hami_core::sync::MutexExt;
 use hami_core::vendor::{HealthRule, VendorRegistry};
 use hami_k8s::events::{EventType, Recorder, Subject};
+use hami_k8s::lock::{self, LocalBinds};
 use hami_k8s::patch::{MetadataPatch, patch_node};
 use hami_server::CancellationToken;
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
+use kube::api::{Api, ListParams};
 use tokio::sync::watch;
 
 use crate::health::judge;
@@ -274,5 +279,72 @@ pub async fn expire_reservations(
             );
         }
         metrics.expired(expired.len());
+    }
+}
+
+/// How often node locks are checked for ones nobody will take over.
+const LOCK_SWEEP_INTERVAL: Duration = Duration::from_secs(3);
+
+/// What the stale-lock sweep needs.
+#[derive(Clone)]
+pub struct LockSweep {
+    pub client: Client,
+    pub binds: Arc<LocalBinds>,
+    pub leadership: Leadership,
+    pub lock_timeout: Duration,
+}
+
+impl std::fmt::Debug for LockSweep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockSweep")
+            .field("lock_timeout", &self.lock_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LockSweep {
+    /// Releases, every few seconds while leading, the node locks a bind would take over
+    /// (`lock::release_stale`): a lock whose owner was deleted, or re-created under its
+    /// name, after its bind and before its allocation is otherwise left until the next
+    /// bind to that node (`docs/extender.md#node-lock-takeover`).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<(), std::convert::Infallible> {
+        let mut tick = tokio::time::interval(LOCK_SWEEP_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            if self.leadership.is_leader() {
+                self.round().await;
+            }
+        }
+    }
+
+    async fn round(&self) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let listed = match nodes.list_metadata(&ListParams::default()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "lock sweep: cannot list nodes; next round retries");
+                return;
+            }
+        };
+        let locked = listed.items.iter().filter(|n| {
+            n.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(NODE_LOCK))
+        });
+        for n in locked {
+            let Some(node) = n.metadata.name.as_deref() else {
+                continue;
+            };
+            if let Err(e) =
+                lock::release_stale(&self.client, node, self.lock_timeout, &self.binds).await
+            {
+                tracing::warn!(%node, error = %e, "lock sweep: cannot judge the node lock; next round retries");
+            }
+        }
     }
 }

@@ -214,6 +214,17 @@ pub async fn serve_service(
     sup.spawn("reservation expiry", move |stop| {
         expire_reservations(st.clone(), m.clone(), stop)
     });
+    let binds = match svc.leader_lease {
+        None => LocalBinds::sole(),
+        Some(_) => LocalBinds::with_peers(PEER_BIND_GRACE),
+    };
+    let sweep = housekeeping::LockSweep {
+        client: client.clone(),
+        binds: binds.clone(),
+        leadership: leadership.clone(),
+        lock_timeout: svc.settings.node_lock_timeout,
+    };
+    sup.spawn("stale node lock sweep", move |stop| sweep.clone().run(stop));
     let registry_round = housekeeping::Registry {
         state: state.clone(),
         registry,
@@ -237,10 +248,6 @@ pub async fn serve_service(
         ))
         .into_handler()
     });
-    let binds = match svc.leader_lease {
-        None => LocalBinds::sole(),
-        Some(_) => LocalBinds::with_peers(PEER_BIND_GRACE),
-    };
     let extender = Arc::new(Extender::new(
         ExtenderParts {
             state,

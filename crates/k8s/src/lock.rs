@@ -443,6 +443,42 @@ async fn release_if(
     })
 }
 
+/// Releases the lock of `node` when a bind would take it over now (expired, dangling,
+/// malformed or abandoned), returning why; `Ok(None)`: no lock, a live one, or one that
+/// changed since it was read (judged again next time). A bind takes such a lock over
+/// anyway; this is for the lock left after the last bind to a node, which no later bind
+/// comes to take over (`docs/extender.md#node-lock-takeover`).
+pub async fn release_stale(
+    client: &Client,
+    node: &str,
+    timeout: Duration,
+    binds: &LocalBinds,
+) -> Result<Option<Takeover>, LockError> {
+    let n = get_node(client, node).await?;
+    let Some(value) = lock_value(&n) else {
+        return Ok(None);
+    };
+    // No pod claims it: only a lock that is free to anyone is released.
+    let Verdict::Free(why) = judge(client, node, ("", ""), value, timeout, Some(binds)).await?
+    else {
+        return Ok(None);
+    };
+    let patch = MetadataPatch::new()
+        .remove_annotation(NODE_LOCK)
+        .guarded_by(resource_version(&n));
+    match patch_node(client, node, &patch).await {
+        Ok(_) => {
+            tracing::warn!(%node, takeover = ?why, "released a stale node lock");
+            Ok(Some(why))
+        }
+        Err(e) if is_conflict(&e) || is_not_found(&e) => Ok(None),
+        Err(source) => Err(LockError::Api {
+            node: node.to_string(),
+            source,
+        }),
+    }
+}
+
 enum Verdict {
     Mine,
     Free(Takeover),

@@ -338,7 +338,10 @@ async fn a_bind_ending_while_its_owner_is_read_is_not_abandoned() {
         held.as_ref().is_err_and(LockError::is_held),
         "the owner's bind ended during the read: {held:?}"
     );
-    assert_eq!(lock_value(&client).await, Some(format!("{now},default,owner")));
+    assert_eq!(
+        lock_value(&client).await,
+        Some(format!("{now},default,owner"))
+    );
 
     // Read again with no bind in flight and still unbound: abandoned, taken over at once.
     assert_eq!(
@@ -348,6 +351,69 @@ async fn a_bind_ending_while_its_owner_is_read_is_not_abandoned() {
         Acquired::TookOver(Takeover::Abandoned {
             owner: "default/owner".into()
         })
+    );
+}
+
+/// The chaos run's other fault (`docs/architecture.md#chaos-run`): the owner of the last
+/// lock taken on a node was deleted (or re-created under its name) between its bind and
+/// its allocation, so no device plugin releases the lock and no later bind takes it
+/// over. `release_stale` releases exactly the locks a bind would take over.
+#[tokio::test]
+async fn stale_locks_are_released_without_a_bind_and_live_ones_kept() {
+    let (_server, client) = setup().await;
+    let sole = LocalBinds::sole();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let stale = |c| lock::release_stale(c, "n1", TIMEOUT, &sole);
+
+    // No lock: nothing to do.
+    assert_eq!(stale(&client).await.unwrap(), None);
+
+    // Owner deleted after its bind: released.
+    set_lock(&client, &format!("{now},default,gone")).await;
+    assert_eq!(
+        stale(&client).await.unwrap(),
+        Some(Takeover::Dangling {
+            owner: "default/gone".into()
+        })
+    );
+    assert_eq!(lock_value(&client).await, None);
+
+    // Owner re-created under its name (unbound) and nobody binds it: released.
+    create_pod(&client, "again", json!({})).await;
+    set_lock(&client, &format!("{now},default,again")).await;
+    let binding = sole.start("default", "again");
+    // ... but not while this process is binding it.
+    assert_eq!(stale(&client).await.unwrap(), None);
+    assert!(lock_value(&client).await.is_some());
+    drop(binding);
+    assert_eq!(
+        stale(&client).await.unwrap(),
+        Some(Takeover::Abandoned {
+            owner: "default/again".into()
+        })
+    );
+    assert_eq!(lock_value(&client).await, None);
+
+    // Owner bound and being allocated: kept for the device plugin to release.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "again", "namespace": "default"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "again",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    set_lock(&client, &format!("{now},default,again")).await;
+    assert_eq!(stale(&client).await.unwrap(), None);
+    assert_eq!(
+        lock_value(&client).await,
+        Some(format!("{now},default,again"))
     );
 }
 
