@@ -190,3 +190,47 @@ fn node_resources_outlive_registrations() {
     assert_eq!(ledger.node_resources("n"), NodeResources::default());
     assert_eq!(free(&ledger), None);
 }
+
+/// The change journal names every node and pod whose entry changed, so a reader in step
+/// (the scheduler's metrics) copies only those; after a clear it must copy everything.
+#[test]
+fn changes_name_what_changed_and_a_clear_asks_for_a_full_copy() {
+    use hami_core::ledger::changes::Change;
+    let mut ledger = Ledger::new();
+    let seq = ledger.next_change();
+    add_node(&mut ledger, "n", 2, 1000);
+    assert_eq!(
+        ledger.changes_since(seq),
+        Some(&[Change::Node("n".into())][..])
+    );
+    let seq = ledger.next_change();
+    let rec = PodRecord::from_pod(
+        &placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"),
+        &registry(),
+    )
+    .unwrap()
+    .unwrap();
+    ledger.apply_pod(rec.clone());
+    let applied = ledger.changes_since(seq).unwrap().to_vec();
+    assert_eq!(
+        applied,
+        [Change::Node("n".into()), Change::Pod("uid-a".into())]
+    );
+    // The same record again changes nothing.
+    let seq = ledger.next_change();
+    ledger.apply_pod(rec);
+    assert_eq!(ledger.changes_since(seq), Some(&[][..]));
+    ledger.remove_pod("uid-a");
+    assert_eq!(ledger.changes_since(seq).unwrap(), &applied[..]);
+    let seq = ledger.next_change();
+    assert!(ledger.remove_node("n"));
+    assert!(!ledger.remove_node("n"));
+    assert_eq!(
+        ledger.changes_since(seq),
+        Some(&[Change::Node("n".into())][..])
+    );
+    let seq = ledger.next_change();
+    ledger.clear();
+    assert_eq!(ledger.changes_since(seq), None);
+    assert_eq!(ledger.changes_since(ledger.next_change()), Some(&[][..]));
+}
