@@ -20,6 +20,11 @@ fn placed_pod(name: &str, node: &str, allocated: &str) -> k8s_openapi::api::core
     )
 }
 
+/// The record of a pod that holds devices.
+fn record(pod: &k8s_openapi::api::core::v1::Pod) -> PodRecord {
+    PodRecord::from_pod(pod, &registry()).unwrap().unwrap()
+}
+
 #[test]
 fn records_come_from_allocated_annotations() {
     let p = placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;");
@@ -66,12 +71,7 @@ fn malformed_annotation_is_a_clear_error() {
 fn apply_is_idempotent_and_delete_releases() {
     let mut ledger = Ledger::new();
     add_node(&mut ledger, "n", 2, 1000);
-    let rec = PodRecord::from_pod(
-        &placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"),
-        &registry(),
-    )
-    .unwrap()
-    .unwrap();
+    let rec = record(&placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"));
     ledger.apply_pod(rec.clone());
     ledger.apply_pod(rec.clone());
     let u = ledger.usage("n").unwrap()[0][1];
@@ -204,12 +204,7 @@ fn changes_name_what_changed_and_a_clear_asks_for_a_full_copy() {
         Some(&[Change::Node("n".into())][..])
     );
     let seq = ledger.next_change();
-    let rec = PodRecord::from_pod(
-        &placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"),
-        &registry(),
-    )
-    .unwrap()
-    .unwrap();
+    let rec = record(&placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"));
     ledger.apply_pod(rec.clone());
     let applied = ledger.changes_since(seq).unwrap().to_vec();
     assert_eq!(

@@ -32,16 +32,7 @@ async fn concurrent_filters_and_binds_never_overcommit() {
         node_lock_wait: Duration::from_secs(3),
         ..Knobs::default()
     };
-    let nodes: Vec<(String, Vec<_>)> = (0..8)
-        .map(|i| {
-            let n = format!("n{i}");
-            let g = gpus(&n, 4, MEM);
-            (n, g)
-        })
-        .collect();
-    let node_refs: Vec<(&str, Vec<_>)> =
-        nodes.iter().map(|(n, g)| (n.as_str(), g.clone())).collect();
-    let c = Arc::new(Cluster::start(&node_refs, knobs).await);
+    let (nodes, c) = cluster(8, 4, knobs).await;
 
     let shapes = [
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}),
@@ -150,10 +141,25 @@ async fn concurrent_filters_and_binds_never_overcommit() {
             "{uuid}: exclusive card shared by {slots}"
         );
     }
-    for (n, _) in &nodes {
+    for n in &nodes {
         assert_eq!(c.node_lock(n).await, None, "lock left on {n}");
     }
     println!("outcomes: {outcomes:?}");
+}
+
+/// `nodes` nodes `n0`, `n1`, … with `gpus_each` GPUs of [`MEM`] MiB; their names and the cluster.
+async fn cluster(nodes: usize, gpus_each: u32, knobs: Knobs) -> (Vec<String>, Arc<Cluster>) {
+    let nodes: Vec<(String, Vec<_>)> = (0..nodes)
+        .map(|i| {
+            let n = format!("n{i}");
+            let g = gpus(&n, gpus_each, MEM);
+            (n, g)
+        })
+        .collect();
+    let node_refs: Vec<(&str, Vec<_>)> =
+        nodes.iter().map(|(n, g)| (n.as_str(), g.clone())).collect();
+    let c = Arc::new(Cluster::start(&node_refs, knobs).await);
+    (nodes.into_iter().map(|(n, _)| n).collect(), c)
 }
 
 /// Filter, then (sometimes delete the pod, as a user would) bind; retry on errors like
@@ -294,16 +300,7 @@ fn scraped_mem(page: &str) -> ScrapedMem {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn scrapes_during_filters_are_consistent_snapshots() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let nodes: Vec<(String, Vec<_>)> = (0..4)
-        .map(|i| {
-            let n = format!("n{i}");
-            let g = gpus(&n, 2, MEM);
-            (n, g)
-        })
-        .collect();
-    let node_refs: Vec<(&str, Vec<_>)> =
-        nodes.iter().map(|(n, g)| (n.as_str(), g.clone())).collect();
-    let c = Arc::new(Cluster::start(&node_refs, Knobs::default()).await);
+    let (_, c) = cluster(4, 2, Knobs::default()).await;
     let shape = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"});
     const N: usize = 40;
     for i in 0..N {
