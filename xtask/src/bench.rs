@@ -12,9 +12,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use hami_core::codec::{encode_node_register_json, encode_pod_single_device};
-use hami_core::model::{ContainerDevice, DeviceInfo};
 use hami_testkit::resources::{NODES, PODS};
+use hami_testkit::scale::{ScaleCluster, node_name, pending_pod};
 use hami_testkit::{ApiServer, Options};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
@@ -33,6 +32,9 @@ pub struct Scenario {
     pub policies: (&'static str, &'static str),
     /// Also time /filter while /metrics is scraped in a loop.
     pub scraped: bool,
+    /// Drive whole scheduling cycles (filter, bind, the device plugin's release) instead
+    /// of /filter alone (`bench_cycle.rs`).
+    pub cycle: bool,
 }
 
 /// The chart's default policies.
@@ -41,7 +43,7 @@ const DEFAULT_POLICIES: (&str, &str) = ("binpack", "spread");
 /// Node and GPU policy `frag` (`docs/extender.md#node-and-gpu-policy-frag`).
 const FRAG_POLICIES: (&str, &str) = ("frag", "frag");
 
-pub const SCENARIOS: [Scenario; 6] = [
+pub const SCENARIOS: [Scenario; 7] = [
     Scenario {
         name: "50x8-1k",
         nodes: 50,
@@ -49,6 +51,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 1_000,
         policies: DEFAULT_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "100x16-5k",
@@ -57,6 +60,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 5_000,
         policies: DEFAULT_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "5000x8-50k",
@@ -65,6 +69,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 50_000,
         policies: DEFAULT_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "5000x8-50k-scraped",
@@ -73,6 +78,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 50_000,
         policies: DEFAULT_POLICIES,
         scraped: true,
+        cycle: false,
     },
     Scenario {
         name: "100x16-5k-frag",
@@ -81,6 +87,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 5_000,
         policies: FRAG_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "5000x8-50k-frag",
@@ -89,6 +96,16 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 50_000,
         policies: FRAG_POLICIES,
         scraped: false,
+        cycle: false,
+    },
+    Scenario {
+        name: "100x16-5k-cycle",
+        nodes: 100,
+        gpus_per_node: 16,
+        pods: 5_000,
+        policies: DEFAULT_POLICIES,
+        scraped: false,
+        cycle: true,
     },
 ];
 
@@ -97,90 +114,21 @@ pub fn scenario_names() -> String {
     SCENARIOS.map(|s| s.name).join(", ")
 }
 
+impl Scenario {
+    fn cluster(&self) -> ScaleCluster {
+        ScaleCluster {
+            nodes: self.nodes,
+            gpus_per_node: self.gpus_per_node,
+        }
+    }
+}
+
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct BenchArgs {
     pub requests: usize,
     pub warmup: usize,
     pub binary: PathBuf,
-}
-
-fn uuid(node: usize, gpu: usize) -> String {
-    format!(
-        "GPU-{node:08x}-{gpu:04x}-4a1c-9d2e-{:012x}",
-        node * 64 + gpu
-    )
-}
-
-fn node_name(i: usize) -> String {
-    format!("gpu-node-{i:05}")
-}
-
-fn node_object(i: usize, gpus: usize) -> Value {
-    let devices: Vec<DeviceInfo> = (0..gpus)
-        .map(|g| DeviceInfo {
-            id: uuid(i, g),
-            index: g as u32,
-            count: 10,
-            mem_mib: 81_920,
-            cores: 100,
-            dev_type: "NVIDIA-NVIDIA H100 80GB HBM3".into(),
-            numa: (g * 2 / gpus.max(1)) as i32,
-            mode: "hami-core".into(),
-            health: true,
-            mig_profiles: vec![],
-            custom_info: Default::default(),
-        })
-        .collect();
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node_name(i), "labels": {"gpu": "on"},
-            "annotations": {"hami.io/node-nvidia-register": encode_node_register_json(&devices)}},
-        "status": {"allocatable": {"nvidia.com/gpu": (gpus * 10).to_string(),
-                                   "cpu": "95500m", "memory": "753Gi"},
-                   "capacity": {"nvidia.com/gpu": (gpus * 10).to_string(),
-                                "cpu": "96", "memory": "768Gi"}}
-    })
-}
-
-fn running_pod(i: usize, s: &Scenario) -> Value {
-    let node = i % s.nodes;
-    let gpu = (i / s.nodes) % s.gpus_per_node;
-    let devices = encode_pod_single_device(&vec![vec![ContainerDevice {
-        idx: 0,
-        uuid: uuid(node, gpu),
-        dev_type: "NVIDIA".into(),
-        mem_mib: 4_000,
-        cores: 10,
-    }]]);
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("running-{i:06}"), "namespace": "default",
-            "labels": {"hami.io/vgpu-node": node_name(node)},
-            "annotations": {
-                "hami.io/vgpu-node": node_name(node),
-                "hami.io/vgpu-time": "1795000000",
-                "hami.io/vgpu-devices-allocated": devices,
-                "hami.io/vgpu-devices-to-allocate": ";",
-                "hami.io/bind-phase": "success",
-            }},
-        "spec": {"nodeName": node_name(node), "schedulerName": "hami-scheduler",
-            "containers": [{"name": "main", "image": "cuda", "resources": {
-                "requests": {"cpu": "2", "memory": "8Gi"},
-                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}}}]},
-        "status": {"phase": "Running"}
-    })
-}
-
-fn pending_pod(i: usize) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("pending-{i:06}"), "namespace": "default"},
-        "spec": {"schedulerName": "hami-scheduler",
-            "containers": [{"name": "main", "image": "cuda", "resources": {
-                "requests": {"cpu": "4", "memory": "16Gi"},
-                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "5"}}}]},
-    })
 }
 
 pub(crate) fn free_port() -> anyhow::Result<u16> {
@@ -221,19 +169,21 @@ pub(crate) fn spawn(
 
 /// VmRSS and VmHWM of `pid`, in MiB.
 pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let [rss, hwm] = status_mib(pid, ["VmRSS:", "VmHWM:"])?;
+    Ok((rss, hwm))
+}
+
+/// Fields of `/proc/<pid>/status` given in kB, in MiB (0 when missing).
+pub(crate) fn status_mib<const N: usize>(pid: u32, names: [&str; N]) -> anyhow::Result<[f64; N]> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> Option<f64> {
+    Ok(names.map(|name| {
         status
             .lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|kb| kb.parse::<f64>().ok())
-            .map(|kb| kb / 1024.0)
-    };
-    Ok((
-        field("VmRSS:").unwrap_or(0.0),
-        field("VmHWM:").unwrap_or(0.0),
-    ))
+            .map_or(0.0, |kb| kb / 1024.0)
+    }))
 }
 
 pub(crate) async fn get_status(port: u16, path: &str) -> Option<u16> {
@@ -248,6 +198,19 @@ pub(crate) async fn get_status(port: u16, path: &str) -> Option<u16> {
         .ok()?;
     let resp = sender.send_request(req).await.ok()?;
     Some(resp.status().as_u16())
+}
+
+/// The scenario's `nodes` node names as a JSON list (every node a candidate).
+pub(crate) fn candidates_json(nodes: usize) -> anyhow::Result<String> {
+    let names: Vec<String> = (0..nodes).map(node_name).collect();
+    Ok(serde_json::to_string(&names)?)
+}
+
+/// The ExtenderArgs kube-scheduler sends for `pod` (nodeCacheCapable: names only).
+pub(crate) fn filter_body(pod: &Value, names_json: &str) -> Bytes {
+    Bytes::from(format!(
+        "{{\"Pod\":{pod},\"Nodes\":null,\"NodeNames\":{names_json}}}"
+    ))
 }
 
 /// Sends each body to /filter over one keep-alive connection; latencies after `warmup`,
@@ -329,7 +292,7 @@ async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Du
 
 /// Runs `f` on a thread and runtime of its own, so its timing does not share a runtime
 /// with the emulator (the extender's writes and watches land in this process).
-async fn on_own_thread<T: Send + 'static, F>(
+pub(crate) async fn on_own_thread<T: Send + 'static, F>(
     f: impl FnOnce() -> F + Send + 'static,
 ) -> anyhow::Result<T>
 where
@@ -345,7 +308,7 @@ where
 }
 
 /// Mean of a histogram on the admin port's /metrics, in µs.
-async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
+pub(crate) async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -384,8 +347,42 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)].as_secs_f64() * 1e6
 }
 
-/// Runs one scenario; the line of results.
-pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
+/// The emulator filled with a scenario's cluster and the benchmarked binary synced
+/// against it.
+pub(crate) struct Started {
+    pub server: ApiServer,
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    /// The extender's /filter and /bind port, and its admin port.
+    pub http: u16,
+    pub admin: u16,
+    dir: PathBuf,
+    /// The pending pods, as created (with their UIDs).
+    pub pending: Vec<Value>,
+    pub fill_secs: f64,
+    pub sync_secs: f64,
+    pub rss_synced: f64,
+    pub rss_anon_synced: f64,
+    pub rss_file_synced: f64,
+}
+
+impl Started {
+    /// Stops the binary and removes its files.
+    pub async fn stop(mut self) {
+        stop(&mut self.child, self.pid).await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Fills the emulator with the scenario's nodes and running pods (and `extra_nodes` more
+/// nodes no pending pod is offered), creates `pending` pending pods, starts the binary
+/// and waits until it is ready.
+pub(crate) async fn start(
+    s: &Scenario,
+    args: &BenchArgs,
+    extra_nodes: usize,
+    pending: usize,
+) -> anyhow::Result<Started> {
     let server = ApiServer::start_with(Options {
         history_limit: 2_000,
         ..Options::default()
@@ -393,24 +390,23 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     .await?;
     let store = server.store();
     let fill = Instant::now();
-    for i in 0..s.nodes {
+    let cluster = s.cluster();
+    for i in 0..s.nodes + extra_nodes {
         store
-            .create(&NODES, None, node_object(i, s.gpus_per_node))
+            .create(&NODES, None, cluster.node(i))
             .map_err(|e| anyhow::anyhow!("creating node: {e:?}"))?;
     }
     for i in 0..s.pods {
         store
-            .create(&PODS, Some("default"), running_pod(i, s))
+            .create(&PODS, Some("default"), cluster.running_pod(i))
             .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
     }
-    let phases = if s.scraped { 2 } else { 1 };
-    let total = args.warmup + args.requests * phases;
-    let mut pending = Vec::with_capacity(total);
-    for i in 0..total {
+    let mut created = Vec::with_capacity(pending);
+    for i in 0..pending {
         let p = store
             .create(&PODS, Some("default"), pending_pod(i))
             .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
-        pending.push(p);
+        created.push(p);
     }
     let fill_secs = fill.elapsed().as_secs_f64();
 
@@ -424,6 +420,8 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         &[
             format!("--http_bind=127.0.0.1:{http}"),
             format!("--metrics-bind-address=127.0.0.1:{admin}"),
+            format!("--node-scheduler-policy={}", s.policies.0),
+            format!("--gpu-scheduler-policy={}", s.policies.1),
         ],
         &kubeconfig,
     )?;
@@ -442,17 +440,39 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let sync_secs = started.elapsed().as_secs_f64();
-    let (rss_synced, _) = rss_mib(pid)?;
+    // Anonymous memory (the heap, stacks) apart from the binary's mapped pages.
+    let [rss_synced, rss_anon_synced, rss_file_synced] =
+        status_mib(pid, ["VmRSS:", "RssAnon:", "RssFile:"])?;
+    Ok(Started {
+        server,
+        child,
+        pid,
+        http,
+        admin,
+        dir,
+        pending: created,
+        fill_secs,
+        sync_secs,
+        rss_synced,
+        rss_anon_synced,
+        rss_file_synced,
+    })
+}
 
-    let names: Vec<String> = (0..s.nodes).map(node_name).collect();
-    let names_json = serde_json::to_string(&names)?;
+/// Runs one scenario; the line of results.
+pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
+    if s.cycle {
+        return crate::bench_cycle::run(s, args).await;
+    }
+    let phases = if s.scraped { 2 } else { 1 };
+    let run = start(s, args, 0, args.warmup + args.requests * phases).await?;
+    let (http, admin, pid) = (run.http, run.admin, run.pid);
+    let pending = &run.pending;
+
+    let names_json = candidates_json(s.nodes)?;
     let bodies: Vec<Bytes> = pending
         .iter()
-        .map(|pod| {
-            Bytes::from(format!(
-                "{{\"Pod\":{pod},\"Nodes\":null,\"NodeNames\":{names_json}}}"
-            ))
-        })
+        .map(|pod| filter_body(pod, &names_json))
         .collect();
     let warmup = args.warmup;
     let mut bodies = bodies;
@@ -475,10 +495,11 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         let (scrapes, page_bytes) = scraper.await??;
         scraped = Some((with, scrapes, page_bytes));
     }
-    let (rss, hwm) = rss_mib(pid)?;
+    let [rss, hwm, rss_anon] = status_mib(pid, ["VmRSS:", "VmHWM:", "RssAnon:"])?;
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
-    stop(&mut child, pid).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let (fill_secs, sync_secs, rss_synced) = (run.fill_secs, run.sync_secs, run.rss_synced);
+    let (rss_anon_synced, rss_file_synced) = (run.rss_anon_synced, run.rss_file_synced);
+    run.stop().await;
     let mean =
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
     let scrape_report = scraped.map(|(with, scrapes, page_bytes)| {
@@ -509,8 +530,11 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
         "server_filter_mean_us": server_mean_us.map(f64::round),
         "rss_mib": (rss * 10.0).round() / 10.0,
+        "rss_anon_mib": (rss_anon * 10.0).round() / 10.0,
         "rss_peak_mib": (hwm * 10.0).round() / 10.0,
         "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
+        "rss_anon_after_sync_mib": (rss_anon_synced * 10.0).round() / 10.0,
+        "rss_file_after_sync_mib": (rss_file_synced * 10.0).round() / 10.0,
         "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
         "fill_secs": (fill_secs * 100.0).round() / 100.0,
     });

@@ -23,6 +23,7 @@ pub mod openapi;
 pub mod patch;
 pub mod resources;
 mod routes;
+pub mod scale;
 pub mod scheduler;
 pub mod selectors;
 pub mod status;
