@@ -123,6 +123,9 @@ impl Scenario {
     }
 }
 
+/// How long after the filters `rss_settled_mib` is read.
+const SETTLE: Duration = Duration::from_secs(3);
+
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct BenchArgs {
@@ -212,6 +215,52 @@ pub(crate) fn filter_body(pod: &Value, names_json: &str) -> Bytes {
         "{{\"Pod\":{pod},\"Nodes\":null,\"NodeNames\":{names_json}}}"
     ))
 }
+
+/// GET /healthz calls timed before the filters: the HTTP round trip alone.
+const HEALTHZ_CALLS: usize = 500;
+
+/// Times `n` GETs of `path` over one keep-alive connection, sorted.
+async fn time_gets(port: u16, path: &'static str, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let req = Request::get(path)
+            .header(hyper::header::HOST, "localhost")
+            .body(Full::new(Bytes::new()))?;
+        sender.ready().await?;
+        let t = Instant::now();
+        let resp = sender.send_request(req).await?;
+        resp.into_body().collect().await?;
+        took.push(t.elapsed());
+    }
+    took.sort();
+    Ok(took)
+}
+
+/// User and system CPU time of process `pid` so far, in seconds.
+pub(crate) fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .with_context(|| format!("unreadable /proc/{pid}/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 (indices 11 and 12 here), in clock ticks.
+    Ok((ticks(11) + ticks(12)) / CLOCK_TICKS)
+}
+
+/// `sysconf(_SC_CLK_TCK)` on Linux.
+const CLOCK_TICKS: f64 = 100.0;
 
 /// Sends each body to /filter over one keep-alive connection; latencies after `warmup`,
 /// sorted.
@@ -482,7 +531,14 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     } else {
         Vec::new()
     };
+    let healthz = on_own_thread(move || time_gets(http, "/healthz", HEALTHZ_CALLS)).await?;
+    let cpu_before = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
     let latencies = on_own_thread(move || time_filters(http, bodies, warmup)).await?;
+    let cpu_after = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
+    // CPU per /filter call (timed and warm-up alike), background writes and watch
+    // events included: the extender's, and the harness's (emulator and client).
+    let per_call =
+        |i: usize| (cpu_after[i] - cpu_before[i]) / (warmup + args.requests) as f64 * 1e6;
     let mut scraped = None;
     if s.scraped {
         let stop_scraping = Arc::new(AtomicBool::new(false));
@@ -496,6 +552,11 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         scraped = Some((with, scrapes, page_bytes));
     }
     let [rss, hwm, rss_anon] = status_mib(pid, ["VmRSS:", "VmHWM:", "RssAnon:"])?;
+    // The allocator gives freed memory back to the system only after a delay (mimalloc:
+    // 1 s) and on its next call: the same process a moment later, idle but for its
+    // watches and housekeeping (`docs/extender.md#memory`).
+    tokio::time::sleep(SETTLE).await;
+    let [rss_settled] = status_mib(pid, ["VmRSS:"])?;
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
     let (fill_secs, sync_secs, rss_synced) = (run.fill_secs, run.sync_secs, run.rss_synced);
     let (rss_anon_synced, rss_file_synced) = (run.rss_anon_synced, run.rss_file_synced);
@@ -529,8 +590,12 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         "filter_mean_us": (mean * 1e6).round(),
         "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
         "server_filter_mean_us": server_mean_us.map(f64::round),
+        "healthz_p50_us": percentile(&healthz, 0.50).round(),
+        "extender_cpu_us_per_filter": per_call(0).round(),
+        "harness_cpu_us_per_filter": per_call(1).round(),
         "rss_mib": (rss * 10.0).round() / 10.0,
         "rss_anon_mib": (rss_anon * 10.0).round() / 10.0,
+        "rss_settled_mib": (rss_settled * 10.0).round() / 10.0,
         "rss_peak_mib": (hwm * 10.0).round() / 10.0,
         "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
         "rss_anon_after_sync_mib": (rss_anon_synced * 10.0).round() / 10.0,

@@ -102,6 +102,7 @@ pub async fn run(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
         .to_string();
     let api = started.server.addr().port();
     let writes = on_own_thread(move || time_pod_writes(api, probe_pod, PROBE_WRITES)).await?;
+    let (rss_synced, sync_secs) = (started.rss_synced, started.sync_secs);
     started.stop().await;
 
     let n = steps.filter.len();
@@ -136,8 +137,8 @@ pub async fn run(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
         "emulator_pod_write_mean_us": mean(&writes),
         "rss_mib": (rss * 10.0).round() / 10.0,
         "rss_peak_mib": (hwm * 10.0).round() / 10.0,
-        "rss_after_sync_mib": (started.rss_synced * 10.0).round() / 10.0,
-        "cache_sync_secs": (started.sync_secs * 100.0).round() / 100.0,
+        "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
+        "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
     }))
 }
 
