@@ -108,6 +108,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
         }
     },
     "amd-only": {"devicePlugin": {"enabled": False, "amd": {"enabled": True}}},
+    "dcu-plugin": {
+        "devicePlugin": {
+            "dcu": {
+                "enabled": True,
+                "dcuFacts": {
+                    "0000:3d:00.0": {
+                        "index": 0,
+                        "serial": "SN0001",
+                        "model": "K100_AI",
+                        "memory_mib": 65520,
+                        "cu_count": 120,
+                    }
+                },
+            }
+        }
+    },
+    "dcu-only": {"devicePlugin": {"enabled": False, "dcu": {"enabled": True}}},
     "scheduler-only": {
         "devicePlugin": {"enabled": False},
         "scheduler": {"admissionWebhook": {"enabled": False}, "service": {"enabled": False}},

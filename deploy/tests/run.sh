@@ -34,7 +34,7 @@ mapfile -t found < <(
     cargo metadata --no-deps --format-version 1 --locked |
         "$venv/bin/python" -c '
 import json, sys
-wanted = {"hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd", "hami-vgpu-monitor", "hamictl"}
+wanted = {"hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd", "hami-device-plugin-dcu", "hami-vgpu-monitor", "hamictl"}
 meta = json.load(sys.stdin)
 print(meta["target_directory"])
 for p in meta["packages"]:

@@ -40,6 +40,10 @@ CONTRACT = {
         "--device-plugin-path", "--hook-path", "--sysfs-root", "--dev-root", "--gpu-facts",
         "--split-count", "--admin-address", "--register-interval",
     },
+    "hami-device-plugin-dcu": {
+        "--device-plugin-path", "--sysfs-root", "--dev-root", "--dcu-facts", "--vgpu-dir", "--vdev-dir",
+        "--hygon-path", "--hyhal-path", "--split-count", "--admin-address", "--register-interval",
+    },
     "hami-webhook": {
         "--bind-address", "--tls-cert-file", "--tls-key-file", "--admin-address",
         "--scheduler-name", "--device-config-file", "--force-overwrite-default-scheduler",
@@ -87,6 +91,9 @@ def rendered_invocations(variant: str) -> list[tuple[str, list[str]]]:
     amd = out.maybe("DaemonSet", name("device-plugin") + "-amd")
     if amd:
         calls.append(("hami-device-plugin-amd", container(amd, "device-plugin")["args"]))
+    dcu = out.maybe("DaemonSet", name("device-plugin") + "-dcu")
+    if dcu:
+        calls.append(("hami-device-plugin-dcu", container(dcu, "device-plugin")["args"]))
     return calls
 
 
@@ -119,7 +126,8 @@ def test_rendered_flags_are_in_the_contract(variant: str) -> None:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 @pytest.mark.parametrize(
-    "binary", ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd", "hami-vgpu-monitor"]
+    "binary", ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd", "hami-device-plugin-dcu",
+     "hami-vgpu-monitor"]
 )
 def test_binaries_accept_the_rendered_args(variant: str, binary: str, bin_dir: pathlib.Path) -> None:
     path = binary_path(bin_dir, binary)

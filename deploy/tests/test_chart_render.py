@@ -909,3 +909,45 @@ def test_amd_device_plugin_daemonset(rendered: dict[str, Rendered]) -> None:
     only = rendered["amd-only"]
     assert only.maybe("DaemonSet", name("device-plugin")) is None
     assert only.get("ServiceAccount", name("device-plugin"))
+
+
+def test_dcu_device_plugin_daemonset(rendered: dict[str, Rendered]) -> None:
+    assert rendered["default"].maybe("DaemonSet", name("device-plugin") + "-dcu") is None
+    out = rendered["dcu-plugin"]
+    ds = out.get("DaemonSet", name("device-plugin") + "-dcu")
+    spec = pod_spec(ds)
+    assert spec["nodeSelector"] == {"dcu": "on"}
+    assert {"key": "hygon.com/dcunum", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["serviceAccountName"] == name("device-plugin")
+    dp = container(ds, "device-plugin")
+    assert dp["image"] == "ghcr.io/hami-rs/hami-device-plugin-dcu:v0.1.0"
+    args = args_map(dp["args"])
+    assert args == {
+        "--device-plugin-path": "/var/lib/kubelet/device-plugins",
+        "--sysfs-root": "/sys",
+        "--dev-root": "/dev",
+        "--dcu-facts": "/etc/hami-rs/dcu/dcu-facts.json",
+        "--vgpu-dir": "/usr/local/vgpu",
+        "--vdev-dir": "/etc/vdev",
+        "--hygon-path": "/opt/dtk",
+        "--hyhal-path": "/opt/hyhal",
+        "--split-count": "4",
+        "--admin-address": "0.0.0.0:9396",
+    }
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in dp["volumeMounts"]}
+    assert vols["device-plugins"]["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    assert vols["sys"]["hostPath"]["path"] == "/sys" and mounts["sys"]["readOnly"] is True
+    assert vols["dev"]["hostPath"]["path"] == "/dev" and mounts["dev"]["readOnly"] is True
+    # The vdev files are written on the host, at the paths the Allocate answer names.
+    assert vols["vgpu"]["hostPath"] == {"path": "/usr/local/vgpu", "type": "DirectoryOrCreate"}
+    assert mounts["vgpu"]["mountPath"] == "/usr/local/vgpu" and not mounts["vgpu"].get("readOnly")
+    assert vols["vdev"]["hostPath"] == {"path": "/etc/vdev", "type": "DirectoryOrCreate"}
+    assert mounts["vdev"]["mountPath"] == "/etc/vdev" and not mounts["vdev"].get("readOnly")
+    facts = out.get("ConfigMap", vols["dcu-facts"]["configMap"]["name"])["data"]["dcu-facts.json"]
+    assert json.loads(facts)["0000:3d:00.0"]["cu_count"] == 120
+    assert dp["securityContext"].get("privileged") is not True
+    # Without the NVIDIA plugin the DCU one still gets its service account and RBAC.
+    only = rendered["dcu-only"]
+    assert only.maybe("DaemonSet", name("device-plugin")) is None
+    assert only.get("ServiceAccount", name("device-plugin"))

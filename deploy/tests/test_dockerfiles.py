@@ -27,12 +27,13 @@ DOCKER = chartlib.DOCKER_DIR
 REPO = chartlib.REPO
 VENV_BIN = pathlib.Path(sys.executable).parent
 
-IMAGES = ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd"]
+IMAGES = ["hami-webhook", "hami-scheduler", "hami-device-plugin-nvidia", "hami-device-plugin-amd", "hami-device-plugin-dcu"]
 NON_ROOT = {
     "hami-webhook": True,
     "hami-scheduler": True,
     "hami-device-plugin-nvidia": False,
     "hami-device-plugin-amd": False,
+    "hami-device-plugin-dcu": False,
 }
 OCI_LABELS = {"title", "description", "source", "licenses", "version", "revision"}
 # Debian release of each base image family, to keep the builder's glibc <= the runtime's.

@@ -1,20 +1,17 @@
 //! Command line: every flag also reads an environment variable.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
-use hami_server::args::{AdminArgs, ClientArgs, DevicePluginAdminAddress, LogArgs};
-use hami_server::flags::{DURATION_HELP, parse_go_duration};
+use clap::Args;
+use hami_device_plugin::vendor_args::{
+    RootArgs, VendorBinary, VendorCli, VendorCommand, VendorServeArgs,
+};
 
 /// The AMD device plugin of hami-rs.
-#[derive(Debug, Parser)]
-#[command(
-    name = "hami-device-plugin-amd",
-    version,
-    subcommand_negates_reqs = true,
-    about = "AMD Instinct device plugin of hami-rs: shares GPUs between containers as HAMi does",
-    long_about = "AMD Instinct device plugin of hami-rs, wire-compatible with HAMi.\n\n\
+pub const BINARY: VendorBinary = VendorBinary {
+    name: "hami-device-plugin-amd",
+    about: "AMD Instinct device plugin of hami-rs: shares GPUs between containers as HAMi does",
+    long_about: "AMD Instinct device plugin of hami-rs, wire-compatible with HAMi.\n\n\
         Without a subcommand it serves the kubelet device plugin API on \
         <device-plugin-path>/amd-gpu.sock and registers amd.com/gpu, advertising every GPU \
         --split-count times. GPUs come from the KFD topology and amdgpu's PCI devices under \
@@ -27,35 +24,19 @@ use hami_server::flags::{DURATION_HELP, parse_go_duration};
         once the pod's last container is done. It re-registers when kubelet restarts.\n\n\
         `hami-device-plugin-amd discover` prints the GPUs and the register annotation this \
         node would publish, as JSON, without contacting Kubernetes.",
-    after_help = DURATION_HELP
-)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Option<Command>,
+};
 
-    #[command(flatten)]
-    pub serve: ServeArgs,
-
-    #[command(flatten)]
-    pub log: LogArgs,
-}
-
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Print the GPUs discovered and the register annotation as JSON, then exit.
-    Discover(NodeArgs),
-}
+/// The parsed command line.
+pub type Cli = VendorCli<ServeArgs, NodeArgs>;
+/// Its subcommands.
+pub type Command = VendorCommand<NodeArgs>;
 
 /// Where the node's GPUs are read from.
 #[derive(Debug, Clone, Args)]
 pub struct NodeArgs {
-    /// Root of sysfs (KFD topology, amdgpu's PCI devices).
-    #[arg(long, env = "SYSFS_ROOT", default_value = "/sys")]
-    pub sysfs_root: PathBuf,
-
-    /// Root of the device nodes (kfd, dri/card*, dri/renderD*).
-    #[arg(long, env = "DEV_ROOT", default_value = "/dev")]
-    pub dev_root: PathBuf,
+    /// Roots of sysfs (KFD topology, amdgpu's PCI devices) and of the device nodes.
+    #[command(flatten)]
+    pub roots: RootArgs,
 
     /// GPU facts the kernel does not expose, by PCI address (JSON:
     /// {"0000:0c:00.0": {"uuid", "market_name", "vram_mib", "cu_count"}}), re-read on
@@ -71,17 +52,8 @@ pub struct NodeArgs {
 /// Flags of the serving mode.
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
-    /// This node's name (from the downward API).
-    #[arg(long, env = "NODE_NAME", required = true)]
-    pub node_name: Option<String>,
-
-    /// Kubelet's device plugin directory (holds kubelet.sock).
-    #[arg(
-        long,
-        env = "DEVICE_PLUGIN_PATH",
-        default_value = "/var/lib/kubelet/device-plugins"
-    )]
-    pub device_plugin_path: PathBuf,
+    #[command(flatten)]
+    pub common: VendorServeArgs,
 
     /// Host directory holding vgpu/libamvgpu.so (HAMi's HOST_HOOK_PATH).
     #[arg(long, env = "HOST_HOOK_PATH", default_value = "/usr/local")]
@@ -89,32 +61,22 @@ pub struct ServeArgs {
 
     #[command(flatten)]
     pub node: NodeArgs,
-
-    #[command(flatten)]
-    pub admin: AdminArgs<DevicePluginAdminAddress>,
-
-    #[command(flatten)]
-    pub client: ClientArgs,
-
-    /// How often the register annotation is checked against the node.
-    #[arg(long, env = "REGISTER_INTERVAL", default_value = "30s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub register_interval: Duration,
-
-    /// How often the GPUs are re-discovered (health: device nodes present).
-    #[arg(long, env = "HEALTH_INTERVAL", default_value = "10s", value_parser = parse_go_duration, value_name = "DURATION")]
-    pub health_interval: Duration,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
+    use clap::Parser;
     use std::path::Path;
+    use std::time::Duration;
 
     #[test]
     fn cli_is_consistent_and_help_names_the_env_vars() {
-        Cli::command().debug_assert();
-        let help = Cli::command().render_long_help().to_string();
+        BINARY.command::<ServeArgs, NodeArgs>().debug_assert();
+        let help = BINARY
+            .command::<ServeArgs, NodeArgs>()
+            .render_long_help()
+            .to_string();
         for env in [
             "NODE_NAME",
             "SYSFS_ROOT",
@@ -131,10 +93,10 @@ mod tests {
     fn defaults_and_required_flags() {
         let cli = Cli::try_parse_from(["x", "--node-name=n1", "--gpu-facts=f.json"]).unwrap();
         let s = &cli.serve;
-        assert_eq!(s.node.sysfs_root, PathBuf::from("/sys"));
-        assert_eq!(s.node.dev_root, PathBuf::from("/dev"));
+        assert_eq!(s.node.roots.sysfs_root, PathBuf::from("/sys"));
+        assert_eq!(s.node.roots.dev_root, PathBuf::from("/dev"));
         assert_eq!(s.node.split_count, 10);
-        assert_eq!(s.register_interval, Duration::from_secs(30));
+        assert_eq!(s.common.register_interval, Duration::from_secs(30));
         assert_eq!(s.hook_path, PathBuf::from("/usr/local"));
         let err = Cli::try_parse_from(["x", "--gpu-facts=f.json"]).unwrap_err();
         assert!(err.to_string().contains("--node-name"), "{err}");
@@ -142,7 +104,7 @@ mod tests {
             Cli::try_parse_from(["x", "discover", "--gpu-facts=f.json", "--sysfs-root=/t/sys"])
                 .unwrap();
         assert!(
-            matches!(cli.command, Some(Command::Discover(ref a)) if a.sysfs_root == Path::new("/t/sys"))
+            matches!(cli.command, Some(Command::Discover(ref a)) if a.roots.sysfs_root == Path::new("/t/sys"))
         );
         assert!(Cli::try_parse_from(["x", "discover"]).is_err());
     }

@@ -2,9 +2,6 @@
 //! AMD SMI's UUID and market name (by PCI address), libdrm's VRAM size and active CU
 //! count (by DRM card). Behind a trait so tests and the demo read them from a file.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-
 use serde::Deserialize;
 
 /// The library facts of one GPU.
@@ -21,63 +18,11 @@ pub struct GpuFacts {
     pub cu_count: u32,
 }
 
-/// Why the facts cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum FactsError {
-    #[error("cannot read the GPU facts file {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("GPU facts file {path} is malformed: {error}")]
-    Malformed { path: PathBuf, error: String },
-}
-
-/// A source of the facts, keyed by PCI address (`0000:19:00.0`).
-pub trait FactsSource: Send + Sync + 'static {
-    fn name(&self) -> &str;
-    /// The facts of the GPU at `pci_bdf`; `None` when the library does not know it (the
-    /// GPU is then not registered).
-    fn facts(&self, pci_bdf: &str, card: u32) -> Result<Option<GpuFacts>, FactsError>;
-}
+pub use hami_device_plugin::facts_file::{FactsError, FactsSource};
 
 /// Facts read from a JSON file `{"<pci bdf>": {"uuid", "market_name", "vram_mib",
 /// "cu_count"}}`, re-read on every discovery.
-#[derive(Debug, Clone)]
-pub struct FileFacts {
-    path: PathBuf,
-}
-
-impl FileFacts {
-    pub fn new(path: impl Into<PathBuf>) -> Self {
-        FileFacts { path: path.into() }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn load(&self) -> Result<BTreeMap<String, GpuFacts>, FactsError> {
-        let text = std::fs::read_to_string(&self.path).map_err(|source| FactsError::Read {
-            path: self.path.clone(),
-            source,
-        })?;
-        serde_json::from_str(&text).map_err(|e| FactsError::Malformed {
-            path: self.path.clone(),
-            error: e.to_string(),
-        })
-    }
-}
-
-impl FactsSource for FileFacts {
-    fn name(&self) -> &str {
-        "file"
-    }
-
-    fn facts(&self, pci_bdf: &str, _card: u32) -> Result<Option<GpuFacts>, FactsError> {
-        Ok(self.load()?.remove(&pci_bdf.to_lowercase()))
-    }
-}
+pub type FileFacts = hami_device_plugin::facts_file::FactsFile;
 
 #[cfg(test)]
 mod tests {
@@ -93,19 +38,27 @@ mod tests {
         )
         .unwrap();
         let f = FileFacts::new(&path);
-        assert_eq!(f.facts("0000:19:00.0", 1).unwrap().unwrap().cu_count, 304);
-        assert_eq!(f.facts("0000:1a:00.0", 2).unwrap(), None);
+        assert_eq!(
+            FactsSource::<GpuFacts>::facts(&f, "0000:19:00.0")
+                .unwrap()
+                .unwrap()
+                .cu_count,
+            304
+        );
+        assert_eq!(
+            FactsSource::<GpuFacts>::facts(&f, "0000:1a:00.0").unwrap(),
+            None
+        );
         std::fs::write(&path, "{").unwrap();
         assert!(
-            f.facts("0000:19:00.0", 1)
+            FactsSource::<GpuFacts>::facts(&f, "0000:19:00.0")
                 .unwrap_err()
                 .to_string()
                 .contains("malformed")
         );
         let missing = FileFacts::new(dir.path().join("none.json"));
         assert!(
-            missing
-                .facts("x", 0)
+            FactsSource::<GpuFacts>::facts(&missing, "x")
                 .unwrap_err()
                 .to_string()
                 .contains("none.json")

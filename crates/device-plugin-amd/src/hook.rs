@@ -13,13 +13,13 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use hami_core::model::DeviceInfo;
-use hami_core::pod::{is_terminal, pod_name};
+use hami_core::pod::pod_name;
+use hami_device_plugin::hook::{device_spec, host_mount, live_node_pods};
 use hami_device_plugin::{
     ContainerContext, HookError, Inventory, PhysicalDevice, PluginConfig, PodAllocation, VendorHook,
 };
-use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
+use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams};
 
 use crate::backend::Catalog;
 use crate::cu::{self, CU_ALLOCATED, Occupancy};
@@ -102,19 +102,12 @@ async fn node_occupancy(
     node: &str,
     pod: &Pod,
 ) -> Result<(Occupancy, BTreeMap<String, BTreeSet<u32>>), HookError> {
-    let pods = Api::<Pod>::all(kube.clone())
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await
-        .map_err(|e| {
-            HookError::Internal(format!(
-                "cannot list the pods of node {node} to rebuild CU usage: {e}"
-            ))
-        })?;
+    let pods = live_node_pods(kube, node, "CU usage").await?;
     let uid = pod.metadata.uid.as_deref();
     let mut occupancy = Occupancy::default();
     let mut own = BTreeMap::new();
     let mut seen_self = false;
-    for p in pods.items.iter().filter(|p| !is_terminal(p)) {
+    for p in &pods {
         let is_self = p.metadata.uid.as_deref() == uid;
         seen_self |= is_self;
         // The pod being allocated is read as this call found it.
@@ -161,11 +154,7 @@ struct AmdPod {
 }
 
 fn device(container: &str, host: PathBuf) -> DeviceSpec {
-    DeviceSpec {
-        container_path: container.into(),
-        host_path: host.to_string_lossy().into_owned(),
-        permissions: "rw".into(),
-    }
+    device_spec(container, &host, "rw")
 }
 
 impl PodAllocation for AmdPod {
@@ -210,16 +199,11 @@ impl PodAllocation for AmdPod {
             r.envs
                 .insert(ENV_LD_AUDIT.into(), LIBAMVGPU_IN_CONTAINER.into());
         }
-        r.mounts.push(Mount {
-            container_path: LIBAMVGPU_IN_CONTAINER.into(),
-            host_path: self
-                .hook
-                .hook_path
-                .join("vgpu/libamvgpu.so")
-                .to_string_lossy()
-                .into_owned(),
-            read_only: true,
-        });
+        r.mounts.push(host_mount(
+            LIBAMVGPU_IN_CONTAINER,
+            &self.hook.hook_path.join("vgpu/libamvgpu.so"),
+            true,
+        ));
         Ok(r)
     }
 

@@ -16,7 +16,7 @@ pub mod hook;
 pub mod run;
 pub mod sysfs;
 
-pub use backend::{AmdBackend, AmdGpu, Catalog, Roots};
+pub use backend::{AmdBackend, AmdGpu, AmdTree, Catalog, Roots};
 pub use facts::{FactsSource, FileFacts, GpuFacts};
 pub use hook::AmdHook;
 

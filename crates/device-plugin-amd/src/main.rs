@@ -1,25 +1,7 @@
-use anyhow::Context;
-use clap::Parser;
-use hami_device_plugin_amd::cli::{Cli, Command};
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // Ignored when already installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
-    cli.log.init_tracing()?;
-    match cli.command {
-        None => {
-            let shutdown = hami_server::shutdown::shutdown_on_signals();
-            hami_device_plugin_amd::run::run(cli.serve, shutdown)
-                .await
-                .context("hami-device-plugin-amd failed")
-        }
-        Some(Command::Discover(args)) => {
-            let report =
-                hami_device_plugin_amd::run::discover(&args).context("discovery failed")?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-    }
+    use hami_device_plugin_amd::{cli, run};
+    cli::BINARY
+        .main::<cli::ServeArgs, cli::NodeArgs, _, _, _>(run::run, run::discover)
+        .await
 }

@@ -8,18 +8,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
-use hami_device_plugin_amd::{AmdBackend, AmdHook, FileFacts, RESOURCE, Roots, fake_tree};
+use hami_device_plugin_amd::cli::{BINARY, Cli};
+use hami_device_plugin_amd::{AmdBackend, AmdHook, AmdTree, FileFacts, RESOURCE, Roots, fake_tree};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
-use hami_testkit::ApiServer;
-use hami_testkit::kubelet::{Kubelet, KubeletOptions};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 const NODE: &str = "amd-node";
-const NS: &str = "default";
 const WAIT: Duration = Duration::from_secs(15);
 const TO_ALLOCATE: &str = "hami.io/amd-devices-to-allocate";
 const GPU0: &str = "8eff74b5-0000-1000-801b-b56457add000";
@@ -27,9 +26,7 @@ const GPU1: &str = "8eff74b5-0000-1000-801b-b56457add001";
 const MODEL: &str = "AMD Instinct MI300X";
 
 struct Node_ {
-    _api: ApiServer,
-    client: kube::Client,
-    kubelet: Kubelet,
+    node: PluginNode,
     tree: tempfile::TempDir,
     shutdown: CancellationToken,
     status: watch::Receiver<PluginStatus>,
@@ -38,33 +35,21 @@ struct Node_ {
 
 /// The configuration the binary builds from its flags, on the emulator's directory.
 fn config(dir: &Path, hook: &Path) -> PluginConfig {
-    use clap::Parser;
-    let cli = hami_device_plugin_amd::cli::Cli::try_parse_from([
-        "hami-device-plugin-amd".to_string(),
-        format!("--node-name={NODE}"),
-        format!("--device-plugin-path={}", dir.display()),
-        format!("--hook-path={}", hook.display()),
-        "--gpu-facts=unused.json".into(),
-        "--register-interval=200ms".into(),
-    ])
-    .unwrap();
+    let cli: Cli = BINARY
+        .try_parse_from([
+            "hami-device-plugin-amd".to_string(),
+            format!("--node-name={NODE}"),
+            format!("--device-plugin-path={}", dir.display()),
+            format!("--hook-path={}", hook.display()),
+            "--gpu-facts=unused.json".into(),
+            "--register-interval=200ms".into(),
+        ])
+        .unwrap();
     hami_device_plugin_amd::run::plugin_config(&cli.serve, NODE).unwrap()
 }
 
 async fn start() -> Node_ {
-    let api = ApiServer::start().await.unwrap();
-    let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": NODE}})).unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-    let kubelet = Kubelet::start_with(KubeletOptions {
-        node_name: Some(NODE.into()),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let node = PluginNode::start(NODE).await.unwrap();
     let tree = tempfile::tempdir().unwrap();
     fake_tree::write(tree.path(), &fake_tree::mi300x(2)).unwrap();
     let roots = Roots {
@@ -72,8 +57,10 @@ async fn start() -> Node_ {
         dev: tree.path().join("dev"),
     };
     let backend = Arc::new(AmdBackend::new(
-        roots.clone(),
-        Arc::new(FileFacts::new(tree.path().join("gpu-facts.json"))),
+        AmdTree::new(
+            roots.clone(),
+            Arc::new(FileFacts::new(tree.path().join("gpu-facts.json"))),
+        ),
         Duration::from_millis(100),
     ));
     let hook = Arc::new(AmdHook::new(
@@ -82,9 +69,9 @@ async fn start() -> Node_ {
         roots.dev.clone(),
     ));
     let plugin = Plugin::new(
-        config(kubelet.dir(), &tree.path().join("hook")),
+        config(node.kubelet.dir(), &tree.path().join("hook")),
         backend,
-        client.clone(),
+        node.client.clone(),
         Metrics::default(),
     )
     .unwrap()
@@ -93,9 +80,7 @@ async fn start() -> Node_ {
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(plugin.run(shutdown.clone()));
     Node_ {
-        _api: api,
-        client,
-        kubelet,
+        node,
         tree,
         shutdown,
         status,
@@ -116,25 +101,11 @@ impl Node_ {
     }
 
     async fn node_annotation(&self, key: &str) -> Option<String> {
-        let node = Api::<Node>::all(self.client.clone())
-            .get(NODE)
-            .await
-            .unwrap();
-        node.metadata
-            .annotations
-            .unwrap_or_default()
-            .get(key)
-            .cloned()
+        self.node.node_annotation(key).await.unwrap()
     }
 
     async fn annotations(&self, pod: &str) -> BTreeMap<String, String> {
-        Api::<Pod>::namespaced(self.client.clone(), NS)
-            .get(pod)
-            .await
-            .unwrap()
-            .metadata
-            .annotations
-            .unwrap_or_default()
+        self.node.pod_annotations(pod).await.unwrap()
     }
 
     /// A pod as the HAMi scheduler leaves it after Bind, with the node lock taken.
@@ -146,35 +117,16 @@ impl Node_ {
         extra: Value,
     ) -> Pod {
         let mut ann = json!({
-            "hami.io/vgpu-node": NODE,
-            "hami.io/vgpu-time": "1767225600",
             TO_ALLOCATE: to_allocate,
             "hami.io/amd-devices-allocated": to_allocate,
-            "hami.io/bind-phase": "allocating",
-            "hami.io/bind-time": "1767225601",
         });
         if let (Some(a), Some(e)) = (ann.as_object_mut(), extra.as_object()) {
             a.extend(e.clone());
         }
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": NS, "annotations": ann},
-            "spec": {"nodeName": NODE, "containers": containers},
-        }))
-        .unwrap();
-        let pod = Api::<Pod>::namespaced(self.client.clone(), NS)
-            .create(&PostParams::default(), &pod)
+        self.node
+            .scheduled(name, json!({"containers": containers}), ann)
             .await
-            .unwrap();
-        hami_k8s::lock::try_acquire(
-            &self.client,
-            NODE,
-            NS,
-            name,
-            hami_k8s::lock::DEFAULT_LOCK_TIMEOUT,
-        )
-        .await
-        .unwrap();
-        pod
+            .unwrap()
     }
 }
 
@@ -201,7 +153,7 @@ fn dev(container: &str, host: &Path) -> DeviceSpec {
 async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last() {
     let mut n = start().await;
     n.registered(1).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
 
     // The register annotation: HAMi's AMD JSON entries.
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -235,7 +187,7 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
             json!({}),
         )
         .await;
-    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
     let dev_root = n.tree.path().join("dev");
     let a = &admitted.get("a", RESOURCE).unwrap().response;
     assert_eq!(
@@ -294,7 +246,7 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
     let pod = n
         .scheduled("infer", json!([gpu_container("c", 1)]), &value, json!({}))
         .await;
-    let admitted = n.kubelet.admit(&pod).await.unwrap();
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
     let c = &admitted.get("c", RESOURCE).unwrap().response;
     assert_eq!(env(c)["HSA_CU_MASK"], "0:76-85");
 
@@ -310,7 +262,7 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
 async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers() {
     let mut n = start().await;
     n.registered(1).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
     // Two live pods claim the same CUs: the node's record cannot be trusted.
     for name in ["old-1", "old-2"] {
         let pod: Pod = serde_json::from_value(json!({
@@ -319,7 +271,7 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
             "spec": {"nodeName": NODE, "containers": [{"name": "x", "image": "rocm"}]},
         }))
         .unwrap();
-        Api::<Pod>::namespaced(n.client.clone(), NS)
+        Api::<Pod>::namespaced(n.node.client.clone(), NS)
             .create(&PostParams::default(), &pod)
             .await
             .unwrap();
@@ -328,7 +280,7 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
     let pod = n
         .scheduled("new", json!([gpu_container("c", 1)]), &value, json!({}))
         .await;
-    let err = n.kubelet.admit(&pod).await.unwrap_err().to_string();
+    let err = n.node.kubelet.admit(&pod).await.unwrap_err().to_string();
     assert!(err.contains("CUs 0-9 are held by two pods"), "{err}");
     let ann = n.annotations("new").await;
     assert_eq!(ann["hami.io/bind-phase"], "failed");
@@ -336,13 +288,13 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
     assert_eq!(n.node_annotation("hami.io/mutex.lock").await, None);
 
     // kubelet restarts: the plugin registers again and its devices come back.
-    n.kubelet.restart().await.unwrap();
+    n.node.kubelet.restart().await.unwrap();
     n.registered(2).await;
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 20, WAIT).await);
 
     // A render node disappears: that GPU's replicas turn unhealthy.
     std::fs::remove_file(n.tree.path().join("dev/dri/renderD129")).unwrap();
-    assert!(n.kubelet.wait_for_healthy(RESOURCE, 10, WAIT).await);
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 10, WAIT).await);
 
     n.shutdown.cancel();
     tokio::time::timeout(WAIT, n.task)
@@ -351,7 +303,7 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
         .unwrap()
         .unwrap();
     assert!(
-        !n.kubelet.dir().join("amd-gpu.sock").exists(),
+        !n.node.kubelet.dir().join("amd-gpu.sock").exists(),
         "socket removed on shutdown"
     );
 }

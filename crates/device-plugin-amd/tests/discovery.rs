@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hami_device_plugin::DeviceBackend;
-use hami_device_plugin_amd::{AmdBackend, FileFacts, Roots, fake_tree, sysfs};
+use hami_device_plugin_amd::{AmdBackend, AmdTree, FileFacts, Roots, fake_tree, sysfs};
 
 #[test]
 fn kfd_and_amdgpu_sysfs_give_the_gpus_with_their_facts() {
@@ -25,8 +25,10 @@ fn kfd_and_amdgpu_sysfs_give_the_gpus_with_their_facts() {
     assert_eq!(gpus[0].compute_partition.as_deref(), Some("spx"));
 
     let backend = AmdBackend::new(
-        roots.clone(),
-        Arc::new(FileFacts::new(dir.path().join("gpu-facts.json"))),
+        AmdTree::new(
+            roots.clone(),
+            Arc::new(FileFacts::new(dir.path().join("gpu-facts.json"))),
+        ),
         Duration::from_secs(1),
     );
     let devices = backend.discover().unwrap();
@@ -63,8 +65,10 @@ fn discover_prints_the_gpus_and_the_register_annotation() {
     let dir = tempfile::tempdir().unwrap();
     fake_tree::write(dir.path(), &fake_tree::mi300x(1)).unwrap();
     let args = hami_device_plugin_amd::cli::NodeArgs {
-        sysfs_root: dir.path().join("sys"),
-        dev_root: dir.path().join("dev"),
+        roots: hami_device_plugin::vendor_args::RootArgs {
+            sysfs_root: dir.path().join("sys"),
+            dev_root: dir.path().join("dev"),
+        },
         gpu_facts: Some(dir.path().join("gpu-facts.json")),
         split_count: 10,
     };

@@ -63,3 +63,44 @@ pub trait DeviceBackend: Send + Sync + 'static {
         shutdown: CancellationToken,
     ) -> Result<(), BackendError>;
 }
+
+/// The watch of a backend that re-reads the node's files: every `poll`, `rediscover`
+/// gives the device list, which is sent when it differs from the last one. A failed
+/// re-discovery keeps the last list (logged). Runs until `shutdown`.
+pub fn spawn_rediscovery<F>(
+    backend: &'static str,
+    poll: std::time::Duration,
+    devices: &[PhysicalDevice],
+    events: mpsc::Sender<BackendEvent>,
+    shutdown: CancellationToken,
+    rediscover: F,
+) where
+    F: Fn() -> Result<Vec<PhysicalDevice>, BackendError> + Send + 'static,
+{
+    let mut last = devices.to_vec();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(poll) => {}
+            }
+            match rediscover() {
+                Ok(now) => {
+                    if now != last {
+                        if events
+                            .send(BackendEvent::Devices(now.clone()))
+                            .await
+                            .is_err()
+                        {
+                            return;
+                        }
+                        last = now;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(backend, error = %e, "re-discovery failed; keeping the last device list")
+                }
+            }
+        }
+    });
+}

@@ -7,7 +7,7 @@
 use futures::future::BoxFuture;
 use hami_core::codec::encode_node_register_json;
 use hami_core::model::{ContainerDevice, DeviceInfo};
-use hami_kubelet_api::v1beta1::ContainerAllocateResponse;
+use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use crate::backend::PhysicalDevice;
@@ -76,6 +76,14 @@ pub trait VendorHook: Send + Sync + 'static {
         encode_node_register_json(entries)
     }
 
+    /// Whether the handshake annotation is answered `Reported <time>` every register
+    /// round (HAMi's DCU plugin, whose scheduler re-reads the register annotation only
+    /// after such an answer) rather than only when kubelet cannot vouch for the node
+    /// (`publisher`).
+    fn reports_handshake_every_round(&self) -> bool {
+        false
+    }
+
     /// Whether a pod device string's TYPE belongs to this plugin's device.
     fn type_matches(&self, cfg: &PluginConfig, dev_type: &str, _device: &PhysicalDevice) -> bool {
         dev_type == cfg.vendor.device_type
@@ -89,6 +97,47 @@ pub trait VendorHook: Send + Sync + 'static {
         cfg: &'a PluginConfig,
         pod: &'a Pod,
     ) -> BoxFuture<'a, Result<Box<dyn PodAllocation>, HookError>>;
+}
+
+/// A device node for a container: `host` (under the plugin's `--dev-root`) at
+/// `container`.
+pub fn device_spec(container: &str, host: &std::path::Path, permissions: &str) -> DeviceSpec {
+    DeviceSpec {
+        container_path: container.into(),
+        host_path: host.to_string_lossy().into_owned(),
+        permissions: permissions.into(),
+    }
+}
+
+/// A host path mounted into a container.
+pub fn host_mount(container: &str, host: &std::path::Path, read_only: bool) -> Mount {
+    Mount {
+        container_path: container.into(),
+        host_path: host.to_string_lossy().into_owned(),
+        read_only,
+    }
+}
+
+/// The pods on `node` that have not finished: whose node-wide holdings (compute units,
+/// virtual devices) a vendor's answer must respect. `purpose` names them in the error.
+pub async fn live_node_pods(
+    kube: &kube::Client,
+    node: &str,
+    purpose: &str,
+) -> Result<Vec<Pod>, HookError> {
+    let pods = kube::Api::<Pod>::all(kube.clone())
+        .list(&kube::api::ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .map_err(|e| {
+            HookError::Internal(format!(
+                "cannot list the pods of node {node} to rebuild {purpose}: {e}"
+            ))
+        })?;
+    Ok(pods
+        .items
+        .into_iter()
+        .filter(|p| !hami_core::pod::is_terminal(p))
+        .collect())
 }
 
 /// NVIDIA's answer: HAMi-core (`libvgpu.so`) environment and mounts ([`libvgpu`]).

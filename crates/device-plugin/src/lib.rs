@@ -45,6 +45,7 @@ mod allocate;
 pub mod backend;
 mod backoff;
 pub mod config;
+pub mod facts_file;
 pub mod health;
 pub mod hook;
 pub mod inventory;
@@ -57,6 +58,8 @@ mod publisher;
 mod service;
 pub mod serving;
 mod shared;
+pub mod tree_backend;
+pub mod vendor_args;
 
 use std::sync::Arc;
 
@@ -66,7 +69,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
-pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
+pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice, spawn_rediscovery};
 pub use config::{
     ConfigError, DeviceFilter, PluginConfig, VendorSpec, VendorSpecError, VgpuHookSettings,
 };

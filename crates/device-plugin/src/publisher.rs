@@ -8,7 +8,9 @@
 //! fresh `Requesting_` every round). When allocatable is 0 or missing (all devices
 //! unhealthy, kubelet not reporting yet, a test cluster without kubelet status) a pending
 //! `Requesting_<time>` is answered with `Reported <time>`, which both schedulers read as
-//! "the plugin is alive".
+//! "the plugin is alive". A vendor whose HAMi scheduler re-reads the register annotation
+//! only after such an answer (DCU) has it written every round instead
+//! (`VendorHook::reports_handshake_every_round`).
 //!
 //! On graceful shutdown every device is published unhealthy, so no scheduler sends pods to a
 //! node whose plugin is gone (kubelet would reject them); the next start publishes the real
@@ -109,7 +111,8 @@ pub(crate) async fn publish_once(
     }
     if let Some(key) = &cfg.vendor.handshake_annotation {
         let requested = annotations.get(key).is_some_and(|v| v.contains(REQUESTING));
-        if requested && !kubelet_vouches(&node, &cfg.resource_name) {
+        let every_round = shared.hook.reports_handshake_every_round();
+        if every_round || (requested && !kubelet_vouches(&node, &cfg.resource_name)) {
             let now = chrono::Local::now().format("%Y-%m-%d %H:%M:%S");
             patch = patch.annotate(key, format!("Reported {now}"));
             changed.push("handshake");

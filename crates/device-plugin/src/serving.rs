@@ -62,3 +62,82 @@ async fn follow_status(
         }
     }
 }
+
+/// Why a vendor binary could not serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Client(#[from] hami_k8s::client::ClientError),
+    #[error(transparent)]
+    Plugin(#[from] crate::PluginError),
+    #[error("cannot listen on {address}: {source}")]
+    Bind {
+        address: String,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Listener(#[from] TakeOverError),
+    #[error(transparent)]
+    GaveUp(#[from] hami_server::supervise::GaveUp),
+}
+
+/// A vendor plugin ready to serve: its configuration, backend and hook.
+pub struct VendorPlugin {
+    /// The binary's name, for the start-up log line.
+    pub binary: &'static str,
+    pub cfg: crate::PluginConfig,
+    pub backend: Arc<dyn crate::DeviceBackend>,
+    pub hook: Arc<dyn crate::VendorHook>,
+}
+
+impl std::fmt::Debug for VendorPlugin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VendorPlugin")
+            .field("binary", &self.binary)
+            .field("cfg", &self.cfg)
+            .field("backend", &self.backend.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The serving mode of a vendor binary: connects to the API server, binds the admin
+/// port, starts the plugin (Warning events on failed allocations, metrics) and runs it
+/// supervised until `shutdown`.
+pub async fn serve_vendor(
+    plugin: VendorPlugin,
+    args: &crate::vendor_args::VendorServeArgs,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let VendorPlugin {
+        binary,
+        cfg,
+        backend,
+        hook,
+    } = plugin;
+    let client = hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?;
+    let admin_listener = TcpListener::bind(args.admin.address)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: args.admin.address.to_string(),
+            source,
+        })?;
+    tracing::info!(node = %cfg.node_name, resource = %cfg.resource_name, split = cfg.split_count,
+        backend = backend.name(), plugin_dir = %cfg.plugin_dir.display(),
+        admin = %args.admin.address, "{binary} starting");
+    let mut registry = Registry::default();
+    let metrics = crate::Metrics::register(&mut registry);
+    let events =
+        hami_k8s::events::Recorder::start(client.clone(), "hami-device-plugin", &cfg.node_name);
+    let plugin = Plugin::new(cfg, backend, client, metrics)?
+        .with_events(events)
+        .with_hook(hook);
+    let (_, sup) = start(
+        plugin,
+        registry,
+        admin_listener,
+        shutdown,
+        RestartPolicy::default(),
+    )?;
+    sup.run().await?;
+    Ok(())
+}

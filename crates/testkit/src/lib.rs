@@ -21,6 +21,7 @@ pub mod kubelet;
 pub mod negotiate;
 pub mod openapi;
 pub mod patch;
+pub mod plugin_node;
 pub mod resources;
 mod routes;
 pub mod scale;
