@@ -17,6 +17,7 @@ use hami_testkit::scale::{ScaleCluster, node_name, pending_pod};
 use hami_testkit::{ApiServer, Options};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -216,24 +217,39 @@ pub(crate) fn filter_body(pod: &Value, names_json: &str) -> Bytes {
     ))
 }
 
+/// A keep-alive HTTP/1 connection to `127.0.0.1:port` (Nagle off).
+pub(crate) async fn keep_alive(port: u16) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+/// Sends `req` once the connection is ready; the status and the whole body.
+pub(crate) async fn round_trip(
+    sender: &mut SendRequest<Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+    sender.ready().await?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    Ok((status, resp.into_body().collect().await?.to_bytes()))
+}
+
 /// GET /healthz calls timed before the filters: the HTTP round trip alone.
 const HEALTHZ_CALLS: usize = 500;
 
 /// Times `n` GETs of `path` over one keep-alive connection, sorted.
 async fn time_gets(port: u16, path: &'static str, n: usize) -> anyhow::Result<Vec<Duration>> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
+    let mut sender = keep_alive(port).await?;
     let mut took = Vec::with_capacity(n);
     for _ in 0..n {
         let req = Request::get(path)
             .header(hyper::header::HOST, "localhost")
             .body(Full::new(Bytes::new()))?;
-        sender.ready().await?;
         let t = Instant::now();
-        let resp = sender.send_request(req).await?;
-        resp.into_body().collect().await?;
+        round_trip(&mut sender, req).await?;
         took.push(t.elapsed());
     }
     took.sort();
@@ -323,15 +339,8 @@ async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Du
         let req = Request::get("/metrics")
             .header(hyper::header::HOST, "localhost")
             .body(Full::new(Bytes::new()))?;
-        sender.ready().await?;
         let t = Instant::now();
-        let body = sender
-            .send_request(req)
-            .await?
-            .into_body()
-            .collect()
-            .await?
-            .to_bytes();
+        let (_, body) = round_trip(&mut sender, req).await?;
         took.push(t.elapsed());
         bytes = body.len();
     }
@@ -508,6 +517,22 @@ pub(crate) async fn start(
     })
 }
 
+/// The line of results: the scenario's shape and policies, then `results`' fields.
+pub(crate) fn result_line(s: &Scenario, results: Value) -> Value {
+    let mut line = json!({
+        "scenario": s.name,
+        "node_policy": s.policies.0,
+        "gpu_policy": s.policies.1,
+        "nodes": s.nodes,
+        "gpus_per_node": s.gpus_per_node,
+        "pods": s.pods,
+    });
+    if let (Some(line), Value::Object(results)) = (line.as_object_mut(), results) {
+        line.extend(results);
+    }
+    line
+}
+
 /// Runs one scenario; the line of results.
 pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
     if s.cycle {
@@ -577,32 +602,29 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
             "scrape_bytes": page_bytes,
         })
     });
-    let mut line = json!({
-        "scenario": s.name,
-        "node_policy": s.policies.0,
-        "gpu_policy": s.policies.1,
-        "nodes": s.nodes,
-        "gpus_per_node": s.gpus_per_node,
-        "pods": s.pods,
-        "requests": latencies.len(),
-        "filter_p50_us": percentile(&latencies, 0.50).round(),
-        "filter_p99_us": percentile(&latencies, 0.99).round(),
-        "filter_mean_us": (mean * 1e6).round(),
-        "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
-        "server_filter_mean_us": server_mean_us.map(f64::round),
-        "healthz_p50_us": percentile(&healthz, 0.50).round(),
-        "extender_cpu_us_per_filter": per_call(0).round(),
-        "harness_cpu_us_per_filter": per_call(1).round(),
-        "rss_mib": (rss * 10.0).round() / 10.0,
-        "rss_anon_mib": (rss_anon * 10.0).round() / 10.0,
-        "rss_settled_mib": (rss_settled * 10.0).round() / 10.0,
-        "rss_peak_mib": (hwm * 10.0).round() / 10.0,
-        "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
-        "rss_anon_after_sync_mib": (rss_anon_synced * 10.0).round() / 10.0,
-        "rss_file_after_sync_mib": (rss_file_synced * 10.0).round() / 10.0,
-        "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
-        "fill_secs": (fill_secs * 100.0).round() / 100.0,
-    });
+    let mut line = result_line(
+        s,
+        json!({
+            "requests": latencies.len(),
+            "filter_p50_us": percentile(&latencies, 0.50).round(),
+            "filter_p99_us": percentile(&latencies, 0.99).round(),
+            "filter_mean_us": (mean * 1e6).round(),
+            "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
+            "server_filter_mean_us": server_mean_us.map(f64::round),
+            "healthz_p50_us": percentile(&healthz, 0.50).round(),
+            "extender_cpu_us_per_filter": per_call(0).round(),
+            "harness_cpu_us_per_filter": per_call(1).round(),
+            "rss_mib": (rss * 10.0).round() / 10.0,
+            "rss_anon_mib": (rss_anon * 10.0).round() / 10.0,
+            "rss_settled_mib": (rss_settled * 10.0).round() / 10.0,
+            "rss_peak_mib": (hwm * 10.0).round() / 10.0,
+            "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
+            "rss_anon_after_sync_mib": (rss_anon_synced * 10.0).round() / 10.0,
+            "rss_file_after_sync_mib": (rss_file_synced * 10.0).round() / 10.0,
+            "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
+            "fill_secs": (fill_secs * 100.0).round() / 100.0,
+        }),
+    );
     if let (Some(extra), Some(obj)) = (scrape_report, line.as_object_mut())
         && let Some(extra) = extra.as_object()
     {

@@ -18,16 +18,14 @@ use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
 use hami_testkit::Store;
 use hami_testkit::resources::{NODES, PODS};
 use hami_testkit::scale::{running_pod_on, uuid};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::Request;
 use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
-use tokio::net::TcpStream;
 
 use crate::bench::{
-    BenchArgs, Scenario, candidates_json, filter_body, on_own_thread, percentile, rss_mib,
-    scrape_mean_us, start,
+    BenchArgs, Scenario, candidates_json, filter_body, keep_alive, on_own_thread, percentile,
+    result_line, round_trip, rss_mib, scrape_mean_us, start,
 };
 
 /// The sentinel pod's memory on the extra node's first GPU (MiB): what /metrics shows
@@ -111,13 +109,9 @@ pub async fn run(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
         (v.iter().map(Duration::as_secs_f64).sum::<f64>() / v.len().max(1) as f64 * 1e6).round()
     };
     let round = |us: f64| us.round();
-    Ok(json!({
-        "scenario": s.name,
-        "node_policy": s.policies.0,
-        "gpu_policy": s.policies.1,
-        "nodes": s.nodes,
-        "gpus_per_node": s.gpus_per_node,
-        "pods": s.pods,
+    Ok(result_line(
+        s,
+        json!({
         "cycles": n,
         "pods_per_sec": (n as f64 / with_echo.as_secs_f64()).round(),
         "pods_per_sec_without_release": (n as f64
@@ -139,7 +133,8 @@ pub async fn run(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
         "rss_peak_mib": (hwm * 10.0).round() / 10.0,
         "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
         "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
-    }))
+        }),
+    ))
 }
 
 /// POSTs `body` to `path` and parses the JSON answer.
@@ -152,14 +147,7 @@ async fn post(
         .header(hyper::header::HOST, "localhost")
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(body))?;
-    sender.ready().await?;
-    let bytes = sender
-        .send_request(req)
-        .await?
-        .into_body()
-        .collect()
-        .await?
-        .to_bytes();
+    let (_, bytes) = round_trip(sender, req).await?;
     Ok(serde_json::from_slice(&bytes)?)
 }
 
@@ -170,10 +158,7 @@ async fn drive(
     cycles: Vec<Cycle>,
     warmup: usize,
 ) -> anyhow::Result<Steps> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
+    let mut sender = keep_alive(port).await?;
     let timed = cycles.len().saturating_sub(warmup);
     let mut steps = Steps {
         filter: Vec::with_capacity(timed),
@@ -244,22 +229,13 @@ fn allocate(store: &Store, node: &str, pod: &str) -> anyhow::Result<()> {
 async fn wait_for_sentinel(admin: u16, gpu_uuid: &str) -> anyhow::Result<()> {
     let want = f64::from(SENTINEL_MIB) * 1024.0 * 1024.0;
     let deadline = Instant::now() + Duration::from_secs(60);
-    let stream = TcpStream::connect(("127.0.0.1", admin)).await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
+    let mut sender = keep_alive(admin).await?;
     let label = format!("device_uuid=\"{gpu_uuid}\"");
     loop {
         let req = Request::get("/metrics")
             .header(hyper::header::HOST, "localhost")
             .body(Full::new(Bytes::new()))?;
-        sender.ready().await?;
-        let body = sender
-            .send_request(req)
-            .await?
-            .into_body()
-            .collect()
-            .await?
-            .to_bytes();
+        let (_, body) = round_trip(&mut sender, req).await?;
         let text = String::from_utf8_lossy(&body);
         let seen = text
             .lines()
@@ -279,10 +255,7 @@ async fn wait_for_sentinel(admin: u16, gpu_uuid: &str) -> anyhow::Result<()> {
 /// Times `n` merge patches of one pod's annotation against the emulator alone (one
 /// keep-alive connection), sorted: what one pod write costs the harness.
 async fn time_pod_writes(api_port: u16, pod: String, n: usize) -> anyhow::Result<Vec<Duration>> {
-    let stream = TcpStream::connect(("127.0.0.1", api_port)).await?;
-    stream.set_nodelay(true)?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-    tokio::spawn(conn);
+    let mut sender = keep_alive(api_port).await?;
     let path = format!("/api/v1/namespaces/default/pods/{pod}");
     let mut took = Vec::with_capacity(n);
     for i in 0..n {
@@ -291,11 +264,8 @@ async fn time_pod_writes(api_port: u16, pod: String, n: usize) -> anyhow::Result
             .header(hyper::header::HOST, "localhost")
             .header(hyper::header::CONTENT_TYPE, "application/merge-patch+json")
             .body(Full::new(Bytes::from(patch.to_string())))?;
-        sender.ready().await?;
         let t = Instant::now();
-        let resp = sender.send_request(req).await?;
-        let status = resp.status();
-        resp.into_body().collect().await?;
+        let (status, _) = round_trip(&mut sender, req).await?;
         took.push(t.elapsed());
         if !status.is_success() {
             bail!("patching {pod}: HTTP {status}");
