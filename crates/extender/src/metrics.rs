@@ -754,11 +754,13 @@ impl Collector for UsageCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let started = Instant::now();
         let mut view = self.view.lock_unpoisoned();
-        // The only hold of the state lock: what changed since the last scrape, and the
-        // quota use (a few rows per namespace).
-        let (refreshed, quotas) = {
+        // The only hold of the state lock: what changed since the last scrape, the quota
+        // use (a few rows per namespace) and the number of unbound holders.
+        let (refreshed, quotas, held) = {
             let st = self.state.lock_unpoisoned();
-            (view.refresh(&st), quota_rows(&st, &self.quotas.read()))
+            let refreshed = view.refresh(&st);
+            let quotas = quota_rows(&st, &self.quotas.read());
+            (refreshed, quotas, st.unbound_holders() as u64)
         };
         // Not before: at the lowest priority, the copy above would keep the state lock
         // (and every /filter waiting for it) for as long as it waits for CPU.
@@ -800,6 +802,12 @@ impl Collector for UsageCollector {
                 ConstGauge::new(pick(t)).encode(metric.encode_family(&[("node", t.node)])?)?;
             }
         }
+        ConstGauge::new(held).encode(encoder.encode_descriptor(
+            "hami_scheduler_reservations",
+            "Pods holding GPUs while unbound (a /filter decision awaiting its bind, or annotations not yet expired)",
+            None,
+            MetricType::Gauge,
+        )?)?;
         tracing::debug!(
             changes = ?refreshed.changes,
             lock_held_us = refreshed.took.as_micros() as u64,
