@@ -83,7 +83,7 @@ impl NodeSpec {
                 .collect(),
             NodeVendor::Dcu { cards } => hami_device_plugin_dcu::fake_tree::k100_ai(cards)
                 .into_iter()
-                .map(|d| format!("DCU-{}", d.serial))
+                .map(|d| d.id())
                 .collect(),
         }
     }

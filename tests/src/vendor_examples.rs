@@ -229,57 +229,17 @@ fn check_pod(
         };
         let report = container_report(cname, &got);
         let want = match vendor {
-            NodeVendor::Amd { gpus } => {
-                let cus = ann(cu::CU_ALLOCATED)
-                    .ok_or_else(|| format!("no {}", cu::CU_ALLOCATED))
-                    .and_then(|v| cu::parse_annotation(name, &v).map_err(|e| e.to_string()));
-                match cus {
-                    Ok(cus) => amd_expected(&devices, &amd_tree::mi300x(gpus), &cus, &dev_root),
-                    Err(e) => Err(e),
-                }
-            }
+            NodeVendor::Amd { gpus } => ann(cu::CU_ALLOCATED)
+                .ok_or_else(|| format!("no {}", cu::CU_ALLOCATED))
+                .and_then(|v| cu::parse_annotation(name, &v).map_err(|e| e.to_string()))
+                .and_then(|cus| amd_expected(&devices, &amd_tree::mi300x(gpus), &cus, &dev_root)),
             NodeVendor::Dcu { cards } => {
-                dcu_expected(&devices, &dcu_tree::k100_ai(cards), &dev_root).map(
-                    |(env, devs, fixed, vdev_conf)| {
-                        check_vdev(&report, vdev_conf, &mut problems, cname);
-                        (env, devs, fixed)
-                    },
-                )
+                dcu_expected(&devices, &dcu_tree::k100_ai(cards), &dev_root)
             }
             NodeVendor::Nvidia => Err("an NVIDIA node".into()),
         };
         match want {
-            Ok((env, devs, mounts)) => {
-                if report.env != env {
-                    problems.push(format!(
-                        "container {cname}: env {:?}, expected {env:?}",
-                        report.env
-                    ));
-                }
-                if report.devices != devs {
-                    problems.push(format!(
-                        "container {cname}: devices {:?}, expected {devs:?}",
-                        report.devices
-                    ));
-                }
-                for (cp, hp) in &mounts {
-                    if !report.mounts.iter().any(|m| {
-                        &m.container_path == cp && hp.as_ref().is_none_or(|h| &m.host_path == h)
-                    }) {
-                        problems.push(format!(
-                            "container {cname}: no mount of {cp} (host {hp:?}) in {:?}",
-                            report.mounts
-                        ));
-                    }
-                }
-                if report.mounts.len() != mounts.len() {
-                    problems.push(format!(
-                        "container {cname}: {} mounts, expected {}",
-                        report.mounts.len(),
-                        mounts.len()
-                    ));
-                }
-            }
+            Ok(want) => compare(&report, &want, &mut problems),
             Err(e) => problems.push(format!("container {cname}: {e}")),
         }
         containers.push(report);
@@ -323,12 +283,47 @@ fn container_report(name: &str, got: &ResourceAllocation) -> VendorContainerRepo
     }
 }
 
-/// Env, devices, and mounts (container path, host path when it is known up front).
-type Expected = (
-    BTreeMap<String, String>,
-    BTreeMap<String, String>,
-    Vec<(String, Option<String>)>,
-);
+/// What a container must get.
+struct Expected {
+    env: BTreeMap<String, String>,
+    /// `container path -> host path`.
+    devices: BTreeMap<String, String>,
+    /// Container paths of the mounts.
+    mounts: BTreeSet<String>,
+    /// What the mounted vdev directory's conf must say (a partial DCU).
+    vdev: Option<VdevWant>,
+}
+
+/// Everything in `got` that differs from `want`.
+fn compare(got: &VendorContainerReport, want: &Expected, problems: &mut Vec<String>) {
+    let c = &got.name;
+    if got.env != want.env {
+        problems.push(format!(
+            "container {c}: env {:?}, expected {:?}",
+            got.env, want.env
+        ));
+    }
+    if got.devices != want.devices {
+        problems.push(format!(
+            "container {c}: devices {:?}, expected {:?}",
+            got.devices, want.devices
+        ));
+    }
+    let mounts: BTreeSet<String> = got
+        .mounts
+        .iter()
+        .map(|m| m.container_path.clone())
+        .collect();
+    if mounts != want.mounts || got.mounts.len() != want.mounts.len() {
+        problems.push(format!(
+            "container {c}: mounts {:?}, expected {:?}",
+            got.mounts, want.mounts
+        ));
+    }
+    if let Some(v) = &want.vdev {
+        check_vdev(got, v, problems);
+    }
+}
 
 fn host(root: &std::path::Path, rel: &str) -> String {
     root.join(rel).to_string_lossy().into_owned()
@@ -379,7 +374,7 @@ fn amd_expected(
         visible.push(format!("GPU-{:016x}", g.unique_id));
     }
     let mut env = BTreeMap::new();
-    let mut mounts = Vec::new();
+    let mut mounts = BTreeSet::new();
     if let Some(first) = devices.first() {
         env.insert(amd::ENV_CU_MASK.to_string(), masks.join(";"));
         env.insert(amd::ENV_VISIBLE.to_string(), visible.join(","));
@@ -391,9 +386,14 @@ fn amd_expected(
             amd::ENV_LD_AUDIT.to_string(),
             amd::LIBAMVGPU_IN_CONTAINER.to_string(),
         );
-        mounts.push((amd::LIBAMVGPU_IN_CONTAINER.to_string(), None));
+        mounts.insert(amd::LIBAMVGPU_IN_CONTAINER.to_string());
     }
-    Ok((env, devs, mounts))
+    Ok(Expected {
+        env,
+        devices: devs,
+        mounts,
+        vdev: None,
+    })
 }
 
 /// What a partial card's vdev conf must say: CUs, MiB, PCI bus id.
@@ -410,15 +410,7 @@ fn dcu_expected(
     devices: &[ContainerDevice],
     tree: &[dcu_tree::FakeDcu],
     dev_root: &std::path::Path,
-) -> Result<
-    (
-        BTreeMap<String, String>,
-        BTreeMap<String, String>,
-        Vec<(String, Option<String>)>,
-        Option<VdevWant>,
-    ),
-    String,
-> {
+) -> Result<Expected, String> {
     let mut devs = BTreeMap::from([
         ("/dev/kfd".to_string(), host(dev_root, "kfd")),
         ("/dev/mkfd".to_string(), host(dev_root, "mkfd")),
@@ -427,36 +419,36 @@ fn dcu_expected(
     for d in devices {
         let c = tree
             .iter()
-            .find(|c| format!("DCU-{}", c.serial) == d.uuid)
+            .find(|c| c.id() == d.uuid)
             .ok_or_else(|| format!("DCU {} is not in the node's tree", d.uuid))?;
         devs.extend(drm(dev_root, c.card, c.render));
         cards.push(c);
     }
-    let mut mounts = vec![(dcu::HYHAL_IN_CONTAINER.to_string(), None)];
-    let mut want = None;
+    let mut mounts = BTreeSet::from([dcu::HYHAL_IN_CONTAINER.to_string()]);
+    let mut vdev = None;
     if let ([d], [c]) = (devices, cards.as_slice())
         && u64::from(d.mem_mib) < c.memory_mib
     {
-        mounts.push((dcu::VDEV_IN_CONTAINER.to_string(), None));
-        mounts.push((dcu::HYGON_DRIVER_IN_CONTAINER.to_string(), None));
-        want = Some(VdevWant {
+        mounts.insert(dcu::VDEV_IN_CONTAINER.to_string());
+        mounts.insert(dcu::HYGON_DRIVER_IN_CONTAINER.to_string());
+        vdev = Some(VdevWant {
             cu_count: d.cores.min(100) * c.cu_count / 100,
             mem_mib: d.mem_mib,
             pci_bus_id: c.pci_bdf.to_uppercase(),
         });
     }
-    Ok((BTreeMap::new(), devs, mounts, want))
+    Ok(Expected {
+        env: BTreeMap::new(),
+        devices: devs,
+        mounts,
+        vdev,
+    })
 }
 
 /// The vdev conf in the mounted directory says what the scheduler decided.
-fn check_vdev(
-    report: &VendorContainerReport,
-    want: Option<VdevWant>,
-    problems: &mut Vec<String>,
-    cname: &str,
-) {
-    let Some(want) = want else { return };
-    let Some(m) = report
+fn check_vdev(got: &VendorContainerReport, want: &VdevWant, problems: &mut Vec<String>) {
+    let c = &got.name;
+    let Some(m) = got
         .mounts
         .iter()
         .find(|m| m.container_path == dcu::VDEV_IN_CONTAINER)
@@ -473,15 +465,12 @@ fn check_vdev(
             ] {
                 if !text.lines().any(|l| l == line) {
                     problems.push(format!(
-                        "container {cname}: {} lacks {line:?}: {text:?}",
+                        "container {c}: {} lacks {line:?}: {text:?}",
                         conf.display()
                     ));
                 }
             }
         }
-        Err(e) => problems.push(format!(
-            "container {cname}: reading {}: {e}",
-            conf.display()
-        )),
+        Err(e) => problems.push(format!("container {c}: reading {}: {e}", conf.display())),
     }
 }

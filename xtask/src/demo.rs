@@ -126,6 +126,8 @@ fn json_document(
         .map(|n| {
             json!({
                 "name": n.name,
+                "vendor": format!("{:?}", n.vendor),
+                "devices": n.device_ids(),
                 "gpus": n.gpus.iter().enumerate().map(|(i, g)| json!({
                     "uuid": n.uuid(i), "model": g.model, "memory_mib": g.memory_mib, "numa": g.numa,
                 })).collect::<Vec<_>>(),
@@ -163,7 +165,7 @@ fn text(
     let split = spec.devices.nvidia.device_split_count;
     let _ = writeln!(
         out,
-        "hami-rs demo: an emulated cluster running the real hami-webhook, hami-scheduler and hami-device-plugin-nvidia\n"
+        "hami-rs demo: an emulated cluster running the real hami-webhook, hami-scheduler and hami-device-plugin-nvidia, -amd and -dcu\n"
     );
     let _ = writeln!(
         out,
@@ -209,13 +211,13 @@ fn text(
             NodeVendor::Amd { gpus } => {
                 let _ = writeln!(
                     out,
-                    "  {:<9} {gpus} x AMD Instinct MI300X (fake tree)",
+                    "  {:<10} {gpus} x AMD Instinct MI300X (fake tree)",
                     n.name
                 );
                 continue;
             }
             NodeVendor::Dcu { cards } => {
-                let _ = writeln!(out, "  {:<9} {cards} x Hygon K100_AI (fake tree)", n.name);
+                let _ = writeln!(out, "  {:<10} {cards} x Hygon K100_AI (fake tree)", n.name);
                 continue;
             }
             NodeVendor::Nvidia => {}
@@ -223,7 +225,7 @@ fn text(
         let numa: Vec<String> = n.gpus.iter().map(|g| g.numa.to_string()).collect();
         let _ = writeln!(
             out,
-            "  {:<9} {}, NUMA {}",
+            "  {:<10} {}, NUMA {}",
             n.name,
             what.join(", "),
             numa.join("/")
@@ -243,6 +245,15 @@ fn text(
             scenario::expected_state(e)
         );
     }
+    for (i, e) in vendor_examples::vendor_examples().iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:>2}. {:<15} {} (expected: Running)",
+            examples.len() + i + 1,
+            e.pod.name,
+            e.about
+        );
+    }
     let _ = writeln!(out);
     out.push_str(&outcome.report.render_text());
     out.push_str(&outcome.usage.render_text());
@@ -258,8 +269,9 @@ fn text(
     if ok {
         let _ = writeln!(
             out,
-            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended), and the namespace quota refused what it must; {:.1}s in all.",
+            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended), the {} AMD and DCU pods got exactly what their annotations imply, and the namespace quota refused what it must; {:.1}s in all.",
             examples.len(),
+            vendors.pods.len(),
             elapsed.as_secs_f64()
         );
     } else {
