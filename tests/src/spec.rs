@@ -54,22 +54,20 @@ impl NodeSpec {
     /// A node of `gpus` MI300X, labelled `amd=on` like the chart's AMD plugin node
     /// selector expects.
     pub fn amd(name: &str, gpus: u32) -> Self {
-        Self {
-            name: name.to_string(),
-            gpus: Vec::new(),
-            labels: BTreeMap::from([("amd".to_string(), "on".to_string())]),
-            vendor: NodeVendor::Amd { gpus },
-        }
+        Self::of_vendor(name, "amd", NodeVendor::Amd { gpus })
     }
 
     /// A node of `cards` K100_AI, labelled `dcu=on` like the chart's DCU plugin node
     /// selector expects.
     pub fn dcu(name: &str, cards: u32) -> Self {
+        Self::of_vendor(name, "dcu", NodeVendor::Dcu { cards })
+    }
+
+    fn of_vendor(name: &str, selector: &str, vendor: NodeVendor) -> Self {
         Self {
-            name: name.to_string(),
-            gpus: Vec::new(),
-            labels: BTreeMap::from([("dcu".to_string(), "on".to_string())]),
-            vendor: NodeVendor::Dcu { cards },
+            labels: BTreeMap::from([(selector.to_string(), "on".to_string())]),
+            vendor,
+            ..Self::new(name)
         }
     }
 
