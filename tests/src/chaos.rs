@@ -71,18 +71,14 @@ impl ChaosSpec {
         }
     }
 
-    /// The size CI runs on 2 cores: 120 pods on 10 nodes × 8 GPUs, same mix and chaos.
-    /// Smaller than the 1,000 pods asked for: the kube-scheduler emulator binds one pod
-    /// at a time and each bind may wait for its node's lock until kubelet's Allocate
-    /// released it, which caps the emulated cluster at a few pods per second on two
-    /// shared cores.
+    /// The size CI runs on 2 cores: 1,000 pods on 20 nodes × 8 GPUs, same mix and chaos.
     pub fn ci(seed: u64) -> Self {
         Self {
-            nodes: 10,
-            pods: 120,
-            rate: 4.0,
+            nodes: 20,
+            pods: 1000,
+            rate: 12.0,
             events_per_second: 0.5,
-            quiesce_timeout: Duration::from_secs(150),
+            quiesce_timeout: Duration::from_secs(120),
             ..Self::full(seed)
         }
     }
@@ -199,6 +195,10 @@ pub struct ChaosSummary {
     pub p99_to_running: Duration,
     /// Pods bound within 10 s of each extender restart after a kill.
     pub binds_after_kill: Vec<usize>,
+    /// Each kill's throughput check: binds per second in the 10 s before the kill, and
+    /// between 5 and 10 s after the restart (None where the windows overlap other
+    /// extender restarts or the end of submission, so they say nothing about the kill).
+    pub recovery: Vec<Option<(f64, f64)>>,
     pub wall: Duration,
     pub violations: Vec<String>,
 }
@@ -236,6 +236,15 @@ impl ChaosSummary {
             "  time to Running: p50 {:.2?}, p99 {:.2?}; binds in the 10 s after each extender kill: {:?}",
             self.p50_to_running, self.p99_to_running, self.binds_after_kill
         );
+        let recovery: Vec<String> = self
+            .recovery
+            .iter()
+            .map(|r| match r {
+                Some((before, after)) => format!("{before:.1}/s before, {after:.1}/s 5-10 s after"),
+                None => "not measurable".into(),
+            })
+            .collect();
+        let _ = writeln!(out, "  binds around each extender kill: {recovery:?}");
         if self.violations.is_empty() {
             let _ = writeln!(out, "  violations: none");
         } else {
@@ -343,8 +352,12 @@ struct Run<'a> {
     summary: ChaosSummary,
     /// Nodes whose plugin is silenced, with when it comes back.
     silenced: Vec<(String, Instant)>,
-    /// When each killed extender was back.
-    kill_restarts: Vec<Instant>,
+    /// Each killed extender: when it was killed and when it was back.
+    kill_restarts: Vec<(Instant, Instant)>,
+    /// Each graceful extender restart: when it began and ended.
+    restarts: Vec<(Instant, Instant)>,
+    /// When the last pod was submitted.
+    submitted_at: Option<Instant>,
 }
 
 /// Runs the chaos and answers its summary (its violations included); an error only when
@@ -364,6 +377,8 @@ pub async fn run(spec: &ChaosSpec) -> Result<ChaosSummary, HarnessError> {
         },
         silenced: Vec::new(),
         kill_restarts: Vec::new(),
+        restarts: Vec::new(),
+        submitted_at: None,
     };
     run.faults_on();
     run.submit_all().await;
@@ -416,6 +431,9 @@ impl Run<'_> {
                 let drawn = draw_pod(&mut self.rng, submitted);
                 pending.push(drawn);
                 submitted += 1;
+            }
+            if submitted == self.spec.pods && pending.is_empty() && self.submitted_at.is_none() {
+                self.submitted_at = Some(now);
             }
             // Creation fails while the webhook is down (failurePolicy Fail) or when the
             // write is failed on purpose: such pods are tried again on the next tick.
@@ -540,14 +558,17 @@ impl Run<'_> {
                 self.summary.compactions += 1;
             }
             Event::RestartExtender => {
+                let began = Instant::now();
                 let r = self.cluster.restart_extender().await;
                 self.count("extender (graceful)", r);
+                self.restarts.push((began, Instant::now()));
             }
             Event::KillExtender => {
+                let killed = Instant::now();
                 self.cluster.kill_extender().await;
                 let r = self.cluster.start_extender().await;
                 self.count("extender (killed)", r);
-                self.kill_restarts.push(Instant::now());
+                self.kill_restarts.push((killed, Instant::now()));
             }
             Event::RestartWebhook => {
                 let r = self.cluster.restart_webhook().await;
@@ -752,6 +773,7 @@ impl Run<'_> {
             }
         }
         self.ledger_matches().await;
+        self.no_reservation_left().await;
         for p in self.pods() {
             if let Err(v) = self.kubelet_agrees(&p) {
                 self.summary.violations.push(v);
@@ -785,6 +807,28 @@ impl Run<'_> {
             .collect();
         self.summary.violations.push(format!(
             "the extender's ledger differs from the bound pods' annotations after quiescence: {differs:?}"
+        ));
+    }
+
+    /// The extender's `hami_scheduler_reservations` gauge reads 0: no pod holds GPUs
+    /// while unbound once everything settled.
+    async fn no_reservation_left(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        let mut last = None;
+        while Instant::now() < deadline {
+            last = self
+                .cluster
+                .extender_metrics()
+                .await
+                .ok()
+                .and_then(|text| reservations(&text));
+            if last == Some(0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        self.summary.violations.push(format!(
+            "reservations left after quiescence: hami_scheduler_reservations is {last:?}, not 0"
         ));
     }
 
@@ -868,9 +912,70 @@ impl Run<'_> {
         self.summary.binds_after_kill = self
             .kill_restarts
             .iter()
-            .map(|t| self.tracker.binds_between(*t, *t + Duration::from_secs(10)))
+            .map(|(_, t)| self.tracker.binds_between(*t, *t + Duration::from_secs(10)))
             .collect();
+        self.summary.recovery = self
+            .kill_restarts
+            .iter()
+            .map(|(killed, back)| self.recovery(*killed, *back))
+            .collect();
+        for (i, r) in self.summary.recovery.iter().enumerate() {
+            if let Some((before, after)) = r
+                && !recovered(*before, *after)
+            {
+                self.summary.violations.push(format!(
+                    "scheduling throughput not back within {RECOVERY:?} of extender kill {}: {before:.1} binds/s in the {RECOVERY:?} before the kill, {after:.1}/s from {RECOVERY_GRACE:?} to {RECOVERY:?} after the restart",
+                    i + 1
+                ));
+            }
+        }
     }
+
+    /// Binds per second in the [`RECOVERY`] before the kill at `killed` and from
+    /// [`RECOVERY_GRACE`] to [`RECOVERY`] after the restart at `back`; None where another
+    /// extender restart or kill falls in those windows, or submission ended before them.
+    fn recovery(&self, killed: Instant, back: Instant) -> Option<(f64, f64)> {
+        let from = killed.checked_sub(RECOVERY)?;
+        let to = back + RECOVERY;
+        let others = self
+            .kill_restarts
+            .iter()
+            .chain(&self.restarts)
+            .filter(|(k, b)| (*k, *b) != (killed, back));
+        let overlaps = others.clone().any(|(k, b)| *k < to && *b > from);
+        let submitting = self.submitted_at.is_none_or(|end| end >= to);
+        if overlaps || !submitting {
+            return None;
+        }
+        let per_s = |n: usize, d: Duration| n as f64 / d.as_secs_f64();
+        let before = per_s(self.tracker.binds_between(from, killed), RECOVERY);
+        let after = per_s(
+            self.tracker.binds_between(back + RECOVERY_GRACE, to),
+            RECOVERY - RECOVERY_GRACE,
+        );
+        Some((before, after))
+    }
+}
+
+/// How soon after a killed extender's restart scheduling must be at full speed again.
+const RECOVERY: Duration = Duration::from_secs(10);
+/// The part of [`RECOVERY`] the restarted extender may spend catching up.
+const RECOVERY_GRACE: Duration = Duration::from_secs(5);
+
+/// Full throughput again: at least half the bind rate of before the kill (pods arrive
+/// at a steady rate and chaos keeps going, so the rates are noisy), unless so few pods
+/// were bound before that the comparison says nothing.
+fn recovered(before: f64, after: f64) -> bool {
+    before < 1.0 || after >= before / 2.0
+}
+
+/// The `hami_scheduler_reservations` gauge in a /metrics text.
+fn reservations(metrics: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hami_scheduler_reservations "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as u64)
 }
 
 /// Why a pod has not settled; None when it is Running, Failed, or Pending with a

@@ -1,4 +1,4 @@
-//! The CI-sized chaos run (issue 17): 120 pods on 10 nodes × 8 GPUs with failing API
+//! The CI-sized chaos run (issue 17): 1,000 pods on 20 nodes × 8 GPUs with failing API
 //! writes, deletions at every stage (and same-name re-creations), watch drops, 410
 //! relists and restarts of every component; zero violations of the invariants checked
 //! from the API server's objects. `cargo xtask chaos` is the full-size run.
@@ -9,12 +9,12 @@ use hami_e2e::chaos::{self, ChaosSpec};
 /// The seed CI runs (`HAMI_CHAOS_SEED` replays another).
 const SEED: u64 = 17;
 
-// Ignored until the kube-scheduler emulator binds asynchronously, as kube-scheduler's
-// binding cycles do: it binds one pod at a time, and a bind may wait for its node's lock
-// until kubelet's Allocate released it, so on two shared cores the emulated cluster runs
-// about one pod per second and this run does not settle within its bound. Run it with
+// Ignored while it finds two open faults (docs/architecture.md#chaos-run): on seed 17 a node
+// lock is left after quiescence, and on a node whose lock was taken over kubelet's Allocate
+// of one pod is matched to another pod's annotations. It settles in about 165 s on the shared
+// 2-core machine (load average 10-13). Run it with
 // `cargo test -p hami-e2e --test chaos -- --ignored`.
-#[ignore = "the kube-scheduler emulator binds serially; too slow to settle on 2 cores"]
+#[ignore = "finds two open faults: a node lock left after quiescence, Allocate matched to another pod after a lock takeover"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chaos_ci_sized_run_breaks_no_invariant() {
     let seed = std::env::var("HAMI_CHAOS_SEED")

@@ -46,8 +46,10 @@ const ALIASES: &[(&str, &str)] = &[
     ("cambricon", "MLU"),
     ("neuron", "AWSNeuron"),
     ("aws-neuron", "AWSNeuron"),
-    ("enflame", "GCU"),
+    // `enflame` is HAMi's key of the DRS family (`Enflame`); whole GCUs are `gcu`.
     ("enflame-gcu", "GCU"),
+    ("enflame-drs", "Enflame"),
+    ("drs", "Enflame"),
     ("kunlunxin", "kunlun"),
     ("metax", "Metax-GPU"),
     ("sgpu", "Metax-SGPU"),

@@ -430,6 +430,22 @@ fn decode_node_register_for_other_vendors() {
         r#"[{"id":"npu-0","count":4,"devmem":65536,"devcore":20,"type":"Ascend910B3","health":true,"customInfo":{"NetworkID":1}}]"#,
     ]));
     assert_eq!(v[0]["type"], "Ascend910B3");
+
+    // Enflame DRS: the capacity annotation of its DRS plugin, one device per GCU.
+    let v = json_of(&hamictl(&[
+        "decode",
+        "node-register",
+        "--vendor",
+        "enflame",
+        "--node",
+        "gcu-1",
+        r#"{"devices":[{"index":"0","minor":"0","capacity":6}],"profiles":{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}"#,
+    ]));
+    assert_eq!(v[0]["id"], "gcu-1-enflame-drs-0");
+    assert_eq!(v[0]["count"], 6);
+    assert_eq!(v[0]["devmem"], 40 * 1024);
+    assert_eq!(v[0]["type"], "Enflame");
+    assert_eq!(v[0]["custominfo"]["profiles"]["3g.20gb"], "1");
 }
 
 #[test]

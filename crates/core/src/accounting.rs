@@ -56,7 +56,7 @@ pub fn collapse(containers: &[ContainerDevices], kinds: &[ContainerKind]) -> Vec
                 i,
                 d.uuid.as_str(),
                 Dims {
-                    slots: 1,
+                    slots: d.slots_taken(),
                     mem: u64::from(d.mem_mib),
                     cores: u64::from(d.cores),
                 },
@@ -171,6 +171,7 @@ mod tests {
             uuid: uuid.into(),
             dev_type: "NVIDIA".into(),
             mem_mib: mem,
+            slots: 0,
             cores,
         }
     }

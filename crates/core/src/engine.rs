@@ -429,7 +429,7 @@ fn frag_gain(frag: &FragNode<'_>, plan: &PodPlan, node: &NodeState, picks: &[Vec
             let mut a = *u;
             for p in placed.iter().filter(|p| p.pick.pos == i) {
                 if plan.kinds.get(p.container) != Some(&ContainerKind::Init) {
-                    a.add(1, u64::from(p.pick.mem), u64::from(p.pick.cores));
+                    a.add(p.pick.slots, u64::from(p.pick.mem), u64::from(p.pick.cores));
                 }
             }
             after.push(free_share(d, &a));
@@ -806,6 +806,12 @@ pub fn allocation_annotations(
     let mut out = BTreeMap::new();
     out.insert(keys::VGPU_NODE.to_string(), node.to_string());
     out.insert(keys::VGPU_TIME.to_string(), now_unix.to_string());
+    let container_names: Vec<&str> = plan
+        .requests
+        .containers
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     for (vendor_key, devices) in &fit.devices {
         let Some(v) = registry.get(vendor_key) else {
             continue;
@@ -833,6 +839,7 @@ pub fn allocation_annotations(
             devices,
             requests: &requests,
             node_devices,
+            container_names: &container_names,
             constraints,
             now_unix,
         }));

@@ -152,6 +152,8 @@ pub struct Pick {
     pub pos: usize,
     pub mem: u32,
     pub cores: u32,
+    /// Slots taken ([`Vendor::slots_taken`]).
+    pub slots: u32,
 }
 
 /// A pick and the container it is for.
@@ -190,6 +192,8 @@ pub fn container_device(
         dev_type: vendor.allocated_type(info, req).to_string(),
         mem_mib: p.mem,
         cores: p.cores,
+        // One slot is spelled 0, as the device string decodes it.
+        slots: if p.slots > 1 { p.slots } else { 0 },
     }
 }
 
@@ -224,7 +228,7 @@ pub fn fit_container_into(
         }
     }
     for p in out.iter() {
-        work.usage[p.pos].add(1, u64::from(p.mem), u64::from(p.cores));
+        work.usage[p.pos].add(p.slots, u64::from(p.mem), u64::from(p.cores));
     }
     Ok(())
 }
@@ -342,7 +346,12 @@ fn best_passing(
             Ok((mem, cores)) => {
                 passing += 1;
                 let candidate = Candidate {
-                    pick: Pick { pos: i, mem, cores },
+                    pick: Pick {
+                        pos: i,
+                        mem,
+                        cores,
+                        slots: s.vendor.slots_taken(info, req),
+                    },
                     keys: keys_of(set, work, req, s, i),
                 };
                 if count == 1 {
@@ -428,7 +437,17 @@ fn walk_in_order(
         let quota = |mem: u32, cores: u32| match s.quota {
             None => Ok(()),
             Some(budget) => {
-                let (memory, cores) = pod_totals(pod, picks, Pick { pos, mem, cores });
+                let slots = 1;
+                let (memory, cores) = pod_totals(
+                    pod,
+                    picks,
+                    Pick {
+                        pos,
+                        mem,
+                        cores,
+                        slots,
+                    },
+                );
                 budget.admit(memory, cores)
             }
         };
@@ -444,7 +463,12 @@ fn walk_in_order(
                 continue;
             }
         };
-        picks.push(Pick { pos, mem, cores });
+        picks.push(Pick {
+            pos,
+            mem,
+            cores,
+            slots: s.vendor.slots_taken(info, req),
+        });
         if !collect_all {
             remaining -= 1;
             if remaining == 0 {

@@ -100,6 +100,23 @@ pub struct ContainerDevice {
     /// Percent of the device's compute taken.
     #[serde(rename = "usedcores")]
     pub cores: u32,
+    /// Slots (time slices, Enflame DRS slices) the container takes on the device; 0 and
+    /// 1 both mean one. On the wire only above 1, as an optional fifth field
+    /// (`docs/protocol.md#pod-device-string`).
+    #[serde(default, skip_serializing_if = "slots_are_one")]
+    pub slots: u32,
+}
+
+impl ContainerDevice {
+    /// The slots the container takes on the device (at least one).
+    pub fn slots_taken(&self) -> u32 {
+        self.slots.max(1)
+    }
+}
+
+/// Whether a device string entry leaves its slot count out (one slot).
+fn slots_are_one(slots: &u32) -> bool {
+    *slots <= 1
 }
 
 /// The devices of one container (possibly empty).

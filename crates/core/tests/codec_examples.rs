@@ -565,6 +565,7 @@ mod pod_devices {
             uuid: uuid.to_owned(),
             dev_type: "NVIDIA".to_owned(),
             mem_mib: mem,
+            slots: 0,
             cores,
         }
     }

@@ -138,14 +138,19 @@ fn container_device() -> impl Strategy<Value = ContainerDevice> {
         proptest::string::string_regex("[^,:;]{0,8}").expect("valid regex"),
         capacity(),
         capacity(),
+        // Unset (one slot) or a multi-slot share (Enflame DRS), the optional fifth field.
+        prop_oneof![Just(0u32), 2u32..=i32::MAX as u32],
     )
-        .prop_map(|(uuid, dev_type, usedmem, usedcores)| ContainerDevice {
-            idx: 0,
-            uuid,
-            dev_type,
-            mem_mib: usedmem,
-            cores: usedcores,
-        })
+        .prop_map(
+            |(uuid, dev_type, usedmem, usedcores, slots)| ContainerDevice {
+                idx: 0,
+                uuid,
+                dev_type,
+                mem_mib: usedmem,
+                cores: usedcores,
+                slots,
+            },
+        )
 }
 
 fn pod_devices() -> impl Strategy<Value = PodSingleDevice> {

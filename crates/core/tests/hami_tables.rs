@@ -19,7 +19,7 @@ use hami_core::accounting::DeviceCharge;
 use hami_core::codec::{PairScores, decode_topology_scores, parse_device_cordon};
 use hami_core::engine::{NodeFit, fit_node};
 use hami_core::fit::FitFailure;
-use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
+use hami_core::ledger::{Ledger, NodeInventory, VendorDevices};
 use hami_core::model::DeviceInfo;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -96,15 +96,7 @@ fn node(devs: &[Dev], inventory: impl FnOnce(&mut NodeInventory)) -> Ledger {
             cores: d.usedcores,
         })
         .collect();
-    if !charges.is_empty() {
-        ledger.apply_pod(PodRecord {
-            uid: "running".into(),
-            namespace: "default".into(),
-            name: "running".into(),
-            node: "n".into(),
-            charges,
-        });
-    }
+    common::hami::book_running(&mut ledger, charges);
     ledger
 }
 

@@ -225,7 +225,7 @@ struct FamilyAsk {
 
 fn family_ask() -> impl Strategy<Value = FamilyAsk> {
     (
-        0usize..5,
+        0usize..6,
         1u32..3,
         0u32..40_000,
         prop_oneof![Just(0u32), 1u32..100, Just(100u32)],
@@ -238,7 +238,8 @@ fn family_ask() -> impl Strategy<Value = FamilyAsk> {
         })
 }
 
-/// The limits of one family's ask (NVIDIA, DCU, Cambricon, Ascend 910B3, AMD).
+/// The limits of one family's ask (NVIDIA, DCU, Cambricon, Ascend 910B3, AMD, Enflame
+/// DRS by slice count or by memory and compute).
 fn family_limits(a: &FamilyAsk) -> Vec<(String, String)> {
     let n = a.count.to_string();
     let cores = a.cores.clamp(1, 100).to_string();
@@ -267,6 +268,17 @@ fn family_limits(a: &FamilyAsk) -> Vec<(String, String)> {
                 "huawei.com/Ascend910B3-memory".into(),
                 a.mem.max(1).to_string(),
             ),
+        ],
+        5 if a.mem.is_multiple_of(2) => vec![(
+            "enflame.com/drs-gcu".into(),
+            [1, 3, 6][(a.mem as usize / 2) % 3].to_string(),
+        )],
+        5 => vec![
+            (
+                "enflame.com/gcu-memory".into(),
+                (a.mem / 1000).max(1).to_string(),
+            ),
+            ("enflame.com/gcu-core".into(), cores),
         ],
         _ => vec![
             ("amd.com/gpu".into(), n),
@@ -326,6 +338,16 @@ fn mixed_node(n: usize, devices: u32) -> hami_core::ledger::NodeInventory {
             encode_node_register_json(&npu),
         ),
         ("hami.io/node-amd-register", encode_node_register_json(&amd)),
+        (
+            "enflame.com/gcu-drs-capacity",
+            format!(
+                r#"{{"devices":[{}],"profiles":{{"1g.6gb":"0","3g.20gb":"1","6g.40gb":"2"}}}}"#,
+                (0..devices)
+                    .map(|i| format!(r#"{{"index":"{i}","minor":"{i}","capacity":6}}"#))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        ),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v))
@@ -346,7 +368,7 @@ fn mixed_node(n: usize, devices: u32) -> hami_core::ledger::NodeInventory {
     };
     let (inv, issues) = hami_core::ledger::NodeInventory::from_node(&view, &mixed_registry());
     assert!(issues.is_empty(), "{issues:?}");
-    assert_eq!(inv.vendors.len(), 5);
+    assert_eq!(inv.vendors.len(), 6);
     inv
 }
 
@@ -367,7 +389,7 @@ fn mixed_registry() -> hami_core::vendor::VendorRegistry {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
-    /// The same invariants with five families on every node and pods asking one or two
+    /// The same invariants with six families on every node and pods asking one or two
     /// families, in one container or two.
     #[test]
     fn mixed_vendor_placements_never_overcommit(

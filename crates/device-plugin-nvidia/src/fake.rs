@@ -227,8 +227,9 @@ impl DeviceBackend for FakeBackend {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .to_path_buf();
+        let file = self.path.clone();
         let watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
-            if e.is_ok() {
+            if e.is_ok_and(|e| changes_file(&e, &file)) {
                 let _ = wake_tx.try_send(());
             }
         })
@@ -253,6 +254,18 @@ impl DeviceBackend for FakeBackend {
         ));
         Ok(())
     }
+}
+
+/// Whether a directory event may have changed the device file. Reading the file is an
+/// event too (inotify reports opens and closes): waking on those would re-read it in a
+/// loop, each read waking the next.
+fn changes_file(event: &notify::Event, file: &Path) -> bool {
+    !matches!(event.kind, notify::EventKind::Access(_))
+        && (event.paths.is_empty()
+            || event
+                .paths
+                .iter()
+                .any(|p| p == file || p.file_name() == file.file_name()))
 }
 
 async fn reload_loop(
@@ -288,6 +301,47 @@ async fn reload_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_changes_of_the_device_file_wake_the_reload() {
+        use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
+        use notify::{Event, EventKind};
+        let file = Path::new("/nodes/n1/devices.yaml");
+        let on = |kind: EventKind, path: &str| Event::new(kind).add_path(PathBuf::from(path));
+        assert!(changes_file(
+            &on(EventKind::Modify(ModifyKind::Any), "/nodes/n1/devices.yaml"),
+            file
+        ));
+        assert!(changes_file(
+            &on(
+                EventKind::Create(CreateKind::File),
+                "/nodes/n1/devices.yaml"
+            ),
+            file
+        ));
+        // Reading it (our own reload) is no change.
+        assert!(!changes_file(
+            &on(
+                EventKind::Access(AccessKind::Close(AccessMode::Read)),
+                "/nodes/n1/devices.yaml"
+            ),
+            file
+        ));
+        assert!(!changes_file(
+            &on(
+                EventKind::Access(AccessKind::Open(AccessMode::Any)),
+                "/nodes/n1/devices.yaml"
+            ),
+            file
+        ));
+        // Other files of the directory are not ours.
+        assert!(!changes_file(
+            &on(EventKind::Modify(ModifyKind::Any), "/nodes/n1/config.json"),
+            file
+        ));
+        // An event without paths (a rescan) may be anything.
+        assert!(changes_file(&Event::new(EventKind::Any), file));
+    }
 
     #[test]
     fn yaml_json_and_defaults() {

@@ -301,6 +301,7 @@ mod tests {
                 dev_type: "NVIDIA".into(),
                 mem_mib: 4000,
                 cores: 30,
+                slots: 0,
             }],
             priority: 0,
         };

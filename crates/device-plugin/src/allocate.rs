@@ -401,6 +401,7 @@ mod tests {
             dev_type: "NVIDIA".into(),
             mem_mib: 1,
             cores: 2,
+            slots: 0,
         }
     }
 

@@ -121,6 +121,7 @@ mod tests {
             dev_type: "NVIDIA".into(),
             mem_mib: 1,
             cores: 1,
+            slots: 0,
         }
     }
 

@@ -479,7 +479,11 @@ impl Extender {
     }
 
     pub(crate) async fn release_lock(&self, node: &str, ns: &str, name: &str) {
-        if let Err(e) = lock::release(&self.client, node, ns, name).await {
+        let released = lock::release(&self.client, node, ns, name).await;
+        // Binds of this process queued on the node try again now, not at the watch's
+        // echo of the release.
+        self.node_changes.send_modify(|v| *v = v.wrapping_add(1));
+        if let Err(e) = released {
             tracing::error!(%node, pod = %format!("{ns}/{name}"), error = %e, "could not release the node lock; it expires after --node-lock-timeout");
             self.metrics
                 .error(Operation::Bind, ErrorReason::LockReleaseFailed);

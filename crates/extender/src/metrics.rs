@@ -849,6 +849,13 @@ impl Collector for UsageCollector {
                 ConstGauge::new(pick(t)).encode(metric.encode_family(&[("node", t.node)])?)?;
             }
         }
+        let held = self.state.lock_unpoisoned().unbound_holders() as u64;
+        ConstGauge::new(held).encode(encoder.encode_descriptor(
+            "hami_scheduler_reservations",
+            "Pods holding GPUs while unbound (a /filter decision awaiting its bind, or annotations not yet expired)",
+            None,
+            MetricType::Gauge,
+        )?)?;
         Ok(())
     }
 }

@@ -220,6 +220,58 @@ async fn a_failed_binding_releases_lock_and_reservation() {
     assert_eq!(c.schedule("p").await, "n1");
 }
 
+/// `hami_scheduler_reservations` as /metrics shows it, once it reads `want`.
+async fn reservations_reach(c: &Cluster, want: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = c.metrics().await;
+        let got = text
+            .lines()
+            .find_map(|l| l.strip_prefix("hami_scheduler_reservations "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if got == Some(want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "hami_scheduler_reservations stayed {got:?}, not {want}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The reservations gauge counts pods holding GPUs while unbound: one per filtered pod
+/// until it is bound, its bind fails or it is deleted.
+#[tokio::test]
+async fn the_reservations_gauge_counts_pods_holding_gpus_unbound() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    reservations_reach(&c, 0).await;
+    for name in ["a", "b", "gone"] {
+        c.create(&gpu_pod(name, &[limits(1000)], json!({}))).await;
+        assert!(chosen(&c.filter(name).await).is_some());
+    }
+    reservations_reach(&c, 3).await;
+    assert_eq!(c.bind("a", "n1").await.error, "");
+    reservations_reach(&c, 2).await;
+    c.pods()
+        .delete("gone", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    reservations_reach(&c, 1).await;
+    // a's device plugin is done with the node; b's Binding is refused: its reservation
+    // ends too.
+    hami_k8s::lock::release(&c.client, "n1", "default", "a")
+        .await
+        .unwrap();
+    c.server
+        .faults()
+        .set_error_rate("create", 1.0, Fault::InternalError);
+    assert_ne!(c.bind("b", "n1").await.error, "");
+    c.server.faults().clear();
+    reservations_reach(&c, 0).await;
+}
+
 #[tokio::test]
 async fn a_failed_annotation_write_fails_the_bind_and_frees_the_gpus() {
     install_crypto();

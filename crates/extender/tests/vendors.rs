@@ -1,5 +1,5 @@
 //! Every device family through the real extender on the emulated cluster: a mixed
-//! cluster (NVIDIA, Ascend 910B, Hygon DCU, Cambricon MLU, AMD) where each pod lands on
+//! cluster (NVIDIA, Ascend 910B, Hygon DCU, Cambricon MLU, AMD, Enflame DRS) where each pod lands on
 //! the node with its family and gets HAMi's annotations byte for byte; a pod asking
 //! for two families; the vendors' locks; a broken registration taking out only that
 //! vendor on that node (`docs/vendors.md`).
@@ -35,6 +35,7 @@ fn mixed_nodes() -> Vec<VendorNode> {
         VendorNode::new("dcu").dcu(2, 65520),
         VendorNode::new("mlu").mlu(2, 96),
         VendorNode::new("amd").amd(2, 196288, 304),
+        VendorNode::new("gcu").enflame_drs(2, 6),
     ]
 }
 
@@ -179,6 +180,37 @@ async fn each_family_lands_on_its_node_with_hamis_annotations() {
                 && l.ends_with(" 25")),
         "{m}"
     );
+
+    // Enflame DRS: a 3-slice profile on one GCU, no lock, the annotations Enflame's
+    // DRS plugin reads.
+    c.create(&gpu_pod(
+        "drs-pod",
+        &[json!({"enflame.com/drs-gcu": "3"})],
+        json!({}),
+    ))
+    .await;
+    assert_eq!(c.schedule("drs-pod").await, "gcu");
+    let a = c
+        .wait_annotations("drs-pod", |a| {
+            a.contains_key("hami.io/enflame-vgpu-devices-allocated")
+        })
+        .await;
+    assert_eq!(
+        a["hami.io/enflame-vgpu-devices-allocated"],
+        "gcu-enflame-drs-1,Enflame,20480,50,3:;"
+    );
+    assert!(!a.contains_key("hami.io/enflame-vgpu-devices-to-allocate"));
+    assert_eq!(
+        a["assigned-containers"],
+        r#"{"c0":{"allocated":false,"request":3,"profileID":"1","profileName":"3g.20gb"}}"#
+    );
+    assert_eq!(a["enflame.com/gcu-assigned"], "false");
+    assert_eq!(a["enflame.com/gcu-assigned-index"], "1");
+    assert_eq!(a["enflame.com/gcu-assigned-id"], "1");
+    assert_eq!(a["enflame.com/gcu-assigned-minor"], "1");
+    assert_eq!(a["enflame.com/gcu-request-size"], "3");
+    assert!(a["enflame.com/gcu-assigned-time"].parse::<i64>().is_ok());
+    assert_eq!(c.node_lock("gcu").await, None);
 
     // A family no node has: every node says so.
     c.create(&gpu_pod(

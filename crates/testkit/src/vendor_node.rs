@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use hami_core::codec::{encode_node_register_json, encode_node_register_legacy};
 use hami_core::model::DeviceInfo;
-use hami_core::vendor::{amd, ascend, hygon};
+use hami_core::vendor::{amd, ascend, enflame_drs, hygon};
 use serde_json::{Map, Value, json};
 
 /// What a handshake-answering plugin writes back (any value without `Requesting`).
@@ -204,6 +204,44 @@ impl VendorNode {
             .register("MLU", devices)
     }
 
+    /// `n` Enflame GCUs cut into `slices` DRS slices each, as Enflame's DRS plugin
+    /// registers them: `enflame.com/gcu-drs-capacity` with the profile menu `1g.6gb`,
+    /// `3g.20gb`, `6g.40gb` (ids 0, 1, 2), and the slices as `enflame.com/drs-gcu`.
+    pub fn enflame_drs(self, n: u32, slices: u32) -> Self {
+        let value = json!({
+            "devices": (0..n)
+                .map(|i| json!({"index": i.to_string(), "minor": i.to_string(), "capacity": slices}))
+                .collect::<Vec<_>>(),
+            "profiles": {"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"},
+        })
+        .to_string();
+        let name = self.name.clone();
+        let devices: Vec<DeviceInfo> = (0..n)
+            .map(|i| DeviceInfo {
+                id: format!("{name}-enflame-drs-{i}"),
+                index: i,
+                count: slices,
+                mem_mib: 40 * 1024,
+                cores: 100,
+                dev_type: enflame_drs::ENFLAME.into(),
+                health: true,
+                custom_info: BTreeMap::from([
+                    ("minor".to_string(), json!(i.to_string())),
+                    ("index".to_string(), json!(i.to_string())),
+                    (
+                        "profiles".to_string(),
+                        json!({"1g.6gb": "0", "3g.20gb": "1", "6g.40gb": "2"}),
+                    ),
+                    ("maxSlice".to_string(), json!(6)),
+                ]),
+                ..DeviceInfo::default()
+            })
+            .collect();
+        self.annotation(enflame_drs::DRS_CAPACITY, &value)
+            .resource("enflame.com/drs-gcu", u64::from(n) * u64::from(slices))
+            .register(enflame_drs::ENFLAME, devices)
+    }
+
     /// The Node object.
     pub fn to_object(&self) -> Value {
         let mut labels: Map<String, Value> = self
@@ -250,7 +288,8 @@ mod tests {
             .dcu(2, 65520)
             .amd(1, 196288, 304)
             .ascend("Ascend910B3", 8, 65536)
-            .mlu(2, 96);
+            .mlu(2, 96)
+            .enflame_drs(2, 6);
         let obj: Node = serde_json::from_value(node.to_object()).unwrap();
         let cfg = DeviceConfig::default().with_switches(VendorSwitches {
             ascend: true,
@@ -269,6 +308,9 @@ mod tests {
             );
         }
         let families: Vec<&str> = inv.vendors.iter().map(|v| v.vendor.as_str()).collect();
-        assert_eq!(families, ["AMD", "Ascend910B3", "DCU", "MLU", "NVIDIA"]);
+        assert_eq!(
+            families,
+            ["AMD", "Ascend910B3", "DCU", "Enflame", "MLU", "NVIDIA"]
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! condition with kube-scheduler's message, retries, errors and ignorable extenders.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,11 +29,22 @@ fn client(server: &ApiServer) -> Client {
 /// How the fake extender answers `filter`: given the args, the result.
 type FilterFn = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
 
+/// How the fake extender binds one pod: after `delay`, and refusing the first `fail`
+/// binds.
+#[derive(Debug, Clone, Copy, Default)]
+struct BindRule {
+    delay: Duration,
+    fail: usize,
+}
+
+type BindRules = Arc<Mutex<HashMap<String, BindRule>>>;
+
 struct Fake {
     addr: SocketAddr,
     filters: Arc<Mutex<Vec<Value>>>,
     binds: Arc<Mutex<Vec<Value>>>,
     answer: Arc<Mutex<FilterFn>>,
+    rules: BindRules,
     _stop: CancellationToken,
 }
 
@@ -46,6 +58,12 @@ impl Fake {
     fn binds(&self) -> Vec<Value> {
         self.binds.lock().unwrap().clone()
     }
+    fn binds_of(&self, pod: &str) -> usize {
+        self.binds().iter().filter(|b| b["PodName"] == pod).count()
+    }
+    fn bind_rule(&self, pod: &str, rule: BindRule) {
+        self.rules.lock().unwrap().insert(pod.to_string(), rule);
+    }
 }
 
 /// A fake extender: `/filter` answers with the current `answer`; `/bind` binds
@@ -56,10 +74,16 @@ async fn fake_extender(api: String, tls: TlsConfig, answer: FilterFn) -> Fake {
     let filters = Arc::new(Mutex::new(Vec::new()));
     let binds = Arc::new(Mutex::new(Vec::new()));
     let answer = Arc::new(Mutex::new(answer));
+    let rules = BindRules::default();
     let stop = CancellationToken::new();
-    let (f, b, a) = (filters.clone(), binds.clone(), answer.clone());
+    let (f, b, a, r) = (
+        filters.clone(),
+        binds.clone(),
+        answer.clone(),
+        rules.clone(),
+    );
     let handler = handler_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let (f, b, a, api) = (f.clone(), b.clone(), a.clone(), api.clone());
+        let (f, b, a, r, api) = (f.clone(), b.clone(), a.clone(), r.clone(), api.clone());
         async move {
             let path = req.uri().path().to_string();
             let body = req.into_body().collect().await.unwrap().to_bytes();
@@ -72,6 +96,20 @@ async fn fake_extender(api: String, tls: TlsConfig, answer: FilterFn) -> Fake {
                 }
                 "/ext/bind" => {
                     b.lock().unwrap().push(args.clone());
+                    let pod = args["PodName"].as_str().unwrap().to_string();
+                    let rule = r.lock().unwrap().get(&pod).copied().unwrap_or_default();
+                    tokio::time::sleep(rule.delay).await;
+                    if rule.fail > 0 {
+                        r.lock().unwrap().entry(pod.clone()).or_default().fail -= 1;
+                        let error = format!("node {} is locked", args["Node"]);
+                        return hyper::Response::builder()
+                            .status(200)
+                            .header("content-type", "application/json")
+                            .body(Full::new(Bytes::from(
+                                serde_json::to_vec(&json!({"Error": error})).unwrap(),
+                            )))
+                            .unwrap();
+                    }
                     let client = Client::try_from(Config::new(api.parse().unwrap())).unwrap();
                     let pods: Api<Pod> =
                         Api::namespaced(client, args["PodNamespace"].as_str().unwrap());
@@ -104,6 +142,7 @@ async fn fake_extender(api: String, tls: TlsConfig, answer: FilterFn) -> Fake {
         filters,
         binds,
         answer,
+        rules,
         _stop: stop,
     }
 }
@@ -637,4 +676,141 @@ async fn https_extenders_are_verified_against_their_ca() {
     );
     assert_eq!(fake.binds().len(), 1);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Keeps every node it is sent.
+fn keep_all() -> FilterFn {
+    Arc::new(
+        |args: &Value| json!({"Nodes": null, "NodeNames": args["NodeNames"], "FailedNodes": null, "FailedAndUnresolvableNodes": null, "Error": ""}),
+    )
+}
+
+/// A GPU pod asking for 6 of a node's 8 CPUs: two of them never fit one node.
+async fn big_pod(server: &ApiServer, name: &str) -> Pod {
+    pod(
+        server,
+        name,
+        NAME,
+        json!({"nvidia.com/gpu": "1", "cpu": "6"}),
+        json!({}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_slow_bind_does_not_hold_up_the_next_pod_and_its_pod_counts_as_assumed() {
+    let server = ApiServer::start().await.unwrap();
+    let fake = fake_extender(server.url(), TlsConfig::None, keep_all()).await;
+    node(&server, "n1", json!({})).await;
+    node(&server, "n2", json!({})).await;
+    fake.bind_rule(
+        "slow",
+        BindRule {
+            delay: Duration::from_secs(4),
+            fail: 0,
+        },
+    );
+    let _sched = Scheduler::start(client(&server), config(gpu_extender(&fake)));
+    big_pod(&server, "slow").await;
+    wait("the bind of slow started", || async {
+        (fake.binds_of("slow") == 1).then_some(())
+    })
+    .await;
+    big_pod(&server, "fast").await;
+    // Scheduled and bound while slow's bind is still in flight; slow, assumed on n1
+    // (the first feasible node), leaves no room there.
+    assert_eq!(
+        wait("fast bound", || bound_node(&server, "fast")).await,
+        "n2"
+    );
+    assert_eq!(
+        bound_node(&server, "slow").await,
+        None,
+        "fast was bound while slow's bind was in flight"
+    );
+    assert_eq!(
+        wait("slow bound", || bound_node(&server, "slow")).await,
+        "n1"
+    );
+    assert_eq!(fake.binds_of("slow"), 1);
+    assert_eq!(fake.binds_of("fast"), 1);
+}
+
+#[tokio::test]
+async fn a_failed_bind_forgets_the_assumption_and_requeues_the_pod() {
+    let server = ApiServer::start().await.unwrap();
+    let fake = fake_extender(server.url(), TlsConfig::None, keep_all()).await;
+    node(&server, "n1", json!({})).await;
+    node(&server, "n2", json!({})).await;
+    fake.bind_rule(
+        "p",
+        BindRule {
+            delay: Duration::ZERO,
+            fail: 1,
+        },
+    );
+    let _sched = Scheduler::start(client(&server), config(gpu_extender(&fake)));
+    big_pod(&server, "p").await;
+    // Bound to n1 at the second try: the failed bind's assumption on n1 was forgotten
+    // (else n1 would look full and p would go to n2).
+    assert_eq!(wait("p bound", || bound_node(&server, "p")).await, "n1");
+    assert_eq!(fake.binds_of("p"), 2);
+    let filtered = fake
+        .filters()
+        .iter()
+        .filter(|a| a["Pod"]["metadata"]["name"] == "p")
+        .count();
+    assert_eq!(filtered, 2, "the pod went through a new scheduling cycle");
+    let events = wait("both events", || async {
+        let evs = events_for(&server, "p").await;
+        (evs.len() >= 2).then_some(evs)
+    })
+    .await;
+    let failed = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .expect("a FailedScheduling event");
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        failed.message.as_deref(),
+        Some("binding rejected: node \"n1\" is locked")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Scheduled")),
+        "{events:?}"
+    );
+}
+
+#[tokio::test]
+async fn binds_in_flight_are_bounded() {
+    let server = ApiServer::start().await.unwrap();
+    let fake = fake_extender(server.url(), TlsConfig::None, keep_all()).await;
+    node(&server, "n1", json!({})).await;
+    node(&server, "n2", json!({})).await;
+    fake.bind_rule(
+        "first",
+        BindRule {
+            delay: Duration::from_secs(2),
+            fail: 0,
+        },
+    );
+    let cfg = SchedulerConfig {
+        max_binds_in_flight: 1,
+        ..config(gpu_extender(&fake))
+    };
+    let _sched = Scheduler::start(client(&server), cfg);
+    big_pod(&server, "first").await;
+    wait("the bind of first started", || async {
+        (fake.binds_of("first") == 1).then_some(())
+    })
+    .await;
+    big_pod(&server, "second").await;
+    assert_eq!(
+        wait("second bound", || bound_node(&server, "second")).await,
+        "n2"
+    );
+    // second's bind waited for first's to end.
+    assert_eq!(bound_node(&server, "first").await.as_deref(), Some("n1"));
 }

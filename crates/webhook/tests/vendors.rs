@@ -79,6 +79,9 @@ fn every_family_routes_its_pods_to_the_scheduler() {
         json!({"metax-tech.com/sgpu": "1"}),
         json!({"mthreads.com/vgpu": "1"}),
         json!({"enflame.com/gcu": "1"}),
+        json!({"enflame.com/drs-gcu": "3"}),
+        json!({"enflame.com/gcu-memory": "20"}),
+        json!({"enflame.com/gcu-core": "40"}),
         json!({"kunlunxin.com/xpu": "1"}),
         json!({"kunlunxin.com/vxpu": "1"}),
         json!({"aws.amazon.com/neuron": "1"}),
@@ -307,6 +310,39 @@ fn kunlun_vxpu_memory_is_rounded_to_its_size() {
             "{asked}"
         );
     }
+}
+
+#[test]
+fn enflame_drs_slices_memory_and_compute_are_checked_with_hami_texts() {
+    for (limits, message) in [
+        (
+            json!({"enflame.com/drs-gcu": "0"}),
+            "enflame.com/drs-gcu must be greater than 0",
+        ),
+        (
+            json!({"enflame.com/gcu-memory": "0", "enflame.com/gcu-core": "40"}),
+            "enflame.com/gcu-memory must be greater than 0",
+        ),
+        (
+            json!({"enflame.com/gcu-core": "101"}),
+            "enflame.com/gcu-core must be in range (0,100]",
+        ),
+    ] {
+        let (resp, outcome) = admit(&one(limits.clone()));
+        assert_denied(&resp, message);
+        assert_eq!(outcome, Outcome::Denied("invalid_resource"), "{limits}");
+    }
+    // Limits and requests of each resource asked agree after admission.
+    let original = one(json!({"enflame.com/gcu-memory": "20", "enflame.com/gcu-core": "40"}));
+    let (resp, _) = admit(&original);
+    assert_eq!(
+        limit_after(&original, &resp, "enflame.com/gcu-memory"),
+        "20"
+    );
+    assert_eq!(limit_after(&original, &resp, "enflame.com/gcu-core"), "40");
+    let original = one(json!({"enflame.com/drs-gcu": "3"}));
+    let (resp, _) = admit(&original);
+    assert_eq!(limit_after(&original, &resp, "enflame.com/drs-gcu"), "3");
 }
 
 #[test]

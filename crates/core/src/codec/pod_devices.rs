@@ -4,8 +4,12 @@
 //! ```text
 //! pod       := { container ";" }     one entry per container, init containers first
 //! container := { device ":" }        may be empty
-//! device    := UUID "," TYPE "," USEDMEM "," USEDCORES
+//! device    := UUID "," TYPE "," USEDMEM "," USEDCORES [ "," SLOTS ]
 //! ```
+//!
+//! SLOTS (written only above 1) is the number of slots the container takes on the device
+//! (Enflame DRS slices), as HAMi writes it after v2.10; readers that stop at the fourth
+//! field see one slot.
 //!
 //! Containers are identified by position only, so the decoder never drops an entry: an empty
 //! container stays an empty list and callers align entries with the pod spec by index.
@@ -35,10 +39,17 @@ pub fn encode_container_devices(devices: &ContainerDevices) -> String {
     devices
         .iter()
         .map(|d| {
-            format!(
-                "{},{},{},{}{DEVICE_SEPARATOR}",
-                d.uuid, d.dev_type, d.mem_mib, d.cores
-            )
+            if d.slots > 1 {
+                format!(
+                    "{},{},{},{},{}{DEVICE_SEPARATOR}",
+                    d.uuid, d.dev_type, d.mem_mib, d.cores, d.slots
+                )
+            } else {
+                format!(
+                    "{},{},{},{}{DEVICE_SEPARATOR}",
+                    d.uuid, d.dev_type, d.mem_mib, d.cores
+                )
+            }
         })
         .collect()
 }
@@ -48,8 +59,9 @@ pub fn encode_container_devices(devices: &ContainerDevices) -> String {
 /// `a,NVIDIA,1,2:;` is two containers and the empty string is one empty container.
 /// `decode(encode(x))` is therefore `x` followed by one empty container.
 ///
-/// Within a container, `:`-separated segments without a `,` are ignored and fields after the
-/// fourth are ignored. Rejected: a segment with a `,` but fewer than four fields (HAMi's
+/// Within a container, `:`-separated segments without a `,` are ignored; a fifth field is the
+/// slot count when it is a non-negative 32-bit integer and ignored otherwise (as HAMi does:
+/// one slot too few is better than dropping the whole value); later fields are ignored. Rejected: a segment with a `,` but fewer than four fields (HAMi's
 /// "missing fields" error) and a memory or cores field that is not a 32-bit integer.
 ///
 /// Hardening beyond HAMi, which accepts these silently: a negative memory or cores value is
@@ -73,7 +85,7 @@ pub fn decode_container_devices(value: &str) -> Result<ContainerDevices, CodecEr
 
 fn decode_device(segment: &str) -> Result<ContainerDevice, CodecError> {
     let fields: Vec<&str> = segment.split(',').collect();
-    let [uuid, dev_type, mem_used, cores_used, ..] = fields.as_slice() else {
+    let [uuid, dev_type, mem_used, cores_used, rest @ ..] = fields.as_slice() else {
         return Err(CodecError::PodDeviceMissingFields {
             segment: segment.to_owned(),
         });
@@ -89,6 +101,13 @@ fn decode_device(segment: &str) -> Result<ContainerDevice, CodecError> {
         dev_type: (*dev_type).to_owned(),
         mem_mib: quantity("usedmem", mem_used, segment)?,
         cores: quantity("usedcores", cores_used, segment)?,
+        slots: rest
+            .first()
+            .and_then(|s| parse_i32(s, "ParseInt").ok())
+            .and_then(|s| u32::try_from(s).ok())
+            // One slot is spelled by leaving the field out: 0 and 1 read as unset.
+            .filter(|s| *s > 1)
+            .unwrap_or(0),
     })
 }
 

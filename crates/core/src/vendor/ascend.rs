@@ -462,14 +462,16 @@ impl Vendor for Ascend {
     }
 
     fn may_choose_devices(&self) -> bool {
-        self.cfg.common_word.starts_with(ASCEND910_PREFIX)
+        self.cfg.super_pod || self.cfg.common_word.starts_with(ASCEND910_PREFIX)
     }
 
-    /// 910 chips whose every device registers a network ID keep groups together.
+    /// 910C (`superPod`) always takes whole modules; other 910 chips whose every device
+    /// registers a network ID keep groups together.
     fn chooses_devices(&self, devices: &[DeviceInfo], _req: &ContainerDeviceRequest) -> bool {
-        self.may_choose_devices()
-            && !devices.is_empty()
-            && devices.iter().all(|d| d.custom_int(NETWORK_ID).is_some())
+        self.cfg.super_pod
+            || (self.may_choose_devices()
+                && !devices.is_empty()
+                && devices.iter().all(|d| d.custom_int(NETWORK_ID).is_some()))
     }
 
     /// 910C: whole modules (both NPUs `2k`, `2k+1` fitting), in the order the walk met

@@ -1,7 +1,6 @@
 //! Enflame GCUs (`docs/vendors.md#enflame`): whole GCUs (`GCU`) derived from the node's
 //! capacity of `enflame.com/gcu`, one pod per GCU. The `enflame:` section also names the
-//! DRS resources (`Enflame`, shared GCUs cut by profile), which hami-rs does not serve
-//! yet.
+//! DRS resources, served by [`super::enflame_drs`] (`Enflame`, GCUs cut by profile).
 
 use k8s_openapi::api::core::v1::Container;
 use serde::{Deserialize, Serialize};
@@ -32,13 +31,24 @@ pub struct EnflameConfig {
     /// Whole GCUs.
     #[serde(rename = "resourceNameGCU")]
     pub resource_name_gcu: String,
-    /// DRS slices (not served yet).
+    /// DRS slices by count ([`super::enflame_drs`]).
     #[serde(rename = "resourceNameDRSGCU")]
     pub resource_name_drs_gcu: String,
+    /// DRS slices by memory and compute.
     #[serde(rename = "resourceNameGCUMemory")]
     pub resource_name_gcu_memory: String,
     #[serde(rename = "resourceNameGCUCore")]
     pub resource_name_gcu_core: String,
+    /// HAMi's legacy shared-GCU names: `resourceNameVGCU` stands for the DRS count when
+    /// `resourceNameDRSGCU` is empty; the percentage name is read and not used, as in
+    /// HAMi.
+    #[serde(rename = "resourceNameVGCU", skip_serializing_if = "String::is_empty")]
+    pub resource_name_vgcu: String,
+    #[serde(
+        rename = "resourceNameVGCUPercentage",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub resource_name_vgcu_percentage: String,
 }
 
 impl Default for EnflameConfig {
@@ -48,6 +58,8 @@ impl Default for EnflameConfig {
             resource_name_drs_gcu: "enflame.com/drs-gcu".into(),
             resource_name_gcu_memory: "enflame.com/gcu-memory".into(),
             resource_name_gcu_core: "enflame.com/gcu-core".into(),
+            resource_name_vgcu: String::new(),
+            resource_name_vgcu_percentage: String::new(),
         }
     }
 }

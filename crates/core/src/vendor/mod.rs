@@ -13,6 +13,7 @@ pub mod awsneuron;
 pub mod biren;
 pub mod cambricon;
 pub mod enflame;
+pub mod enflame_drs;
 pub mod hygon;
 pub mod iluvatar;
 pub mod kunlun;
@@ -193,6 +194,8 @@ pub struct AllocationContext<'a> {
     pub requests: &'a [Option<&'a ContainerDeviceRequest>],
     /// The node's devices of this vendor.
     pub node_devices: &'a [DeviceInfo],
+    /// The pod's container names (init containers first, same positions).
+    pub container_names: &'a [&'a str],
     pub constraints: &'a DeviceConstraints,
     pub now_unix: i64,
 }
@@ -337,6 +340,11 @@ pub trait Vendor: Send + Sync + Debug {
     ) -> &'a str {
         &req.dev_type
     }
+    /// The slots one container takes on `device` with this request (Enflame DRS: its
+    /// profile's slices); one for every other family.
+    fn slots_taken(&self, _device: &DeviceInfo, _req: &ContainerDeviceRequest) -> u32 {
+        1
+    }
     /// Whether device cores are percent of one device (HAMi's metrics normalise the
     /// vendors that count compute units, AMD, to percent).
     fn cores_in_percent(&self) -> bool {
@@ -452,6 +460,7 @@ impl VendorRegistry {
             Arc::new(metax::MetaxSgpu::new(cfg.metax.clone())),
             Arc::new(mthreads::Mthreads::new(cfg.mthreads.clone())),
             Arc::new(enflame::EnflameGcu::new(cfg.enflame.clone())),
+            Arc::new(enflame_drs::EnflameDrs::new(&cfg.enflame)),
             Arc::new(kunlun::KunlunXpu::new(cfg.kunlun.clone())),
             Arc::new(kunlun::KunlunVxpu::new(cfg.kunlun.clone())),
             Arc::new(awsneuron::AwsNeuron::new(cfg.awsneuron.clone())),
@@ -564,6 +573,7 @@ mod tests {
                 "AWSNeuron",
                 "Biren",
                 "DCU",
+                "Enflame",
                 "GCU",
                 "MLU",
                 "Metax-GPU",

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![allow(dead_code)]
 
+pub mod hami;
+
 use std::collections::BTreeMap;
 
 use hami_core::config::DeviceConfig;
@@ -65,6 +67,27 @@ pub fn container(name: &str, limits: &[(&str, &str)]) -> Container {
             } else {
                 Some(limits)
             },
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A container with these limits and requests (either may be empty: then absent).
+pub fn container_with(name: &str, limits: &[(&str, &str)], requests: &[(&str, &str)]) -> Container {
+    let list = |pairs: &[(&str, &str)]| {
+        (!pairs.is_empty()).then(|| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect::<BTreeMap<_, _>>()
+        })
+    };
+    Container {
+        name: name.into(),
+        resources: Some(ResourceRequirements {
+            limits: list(limits),
+            requests: list(requests),
             ..Default::default()
         }),
         ..Default::default()

@@ -2,17 +2,23 @@
 //! (pod, reason, message), its `count` and `lastTimestamp` bumped on repeats.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+
+use hami_core::sync::MutexExt;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
+/// (pod uid, reason, message) → (event name, count).
+type Seen = HashMap<(String, String, String), (String, i64)>;
+
 pub struct Recorder {
     client: Client,
     component: String,
-    /// (pod uid, reason, message) → (event name, count)
-    seen: HashMap<(String, String, String), (String, i64)>,
+    /// Shared by the binding tasks.
+    seen: Mutex<Seen>,
 }
 
 fn now() -> String {
@@ -23,7 +29,7 @@ impl std::fmt::Debug for Recorder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Recorder")
             .field("component", &self.component)
-            .field("events", &self.seen.len())
+            .field("events", &self.seen.lock_unpoisoned().len())
             .finish()
     }
 }
@@ -33,25 +39,26 @@ impl Recorder {
         Self {
             client,
             component: component.to_string(),
-            seen: HashMap::new(),
+            seen: Mutex::default(),
         }
     }
 
     /// Records `reason`/`message` about `pod`; failures are logged, never fatal,
     /// as for kube-scheduler.
-    pub async fn record(&mut self, pod: &Pod, type_: &str, reason: &str, message: &str) {
+    pub async fn record(&self, pod: &Pod, type_: &str, reason: &str, message: &str) {
         let ns = pod.namespace().unwrap_or_default();
         let uid = pod.uid().unwrap_or_default();
         let events: Api<Event> = Api::namespaced(self.client.clone(), &ns);
         let key = (uid.clone(), reason.to_string(), message.to_string());
-        if let Some((name, count)) = self.seen.get(&key).cloned() {
+        let seen = self.seen.lock_unpoisoned().get(&key).cloned();
+        if let Some((name, count)) = seen {
             let patch = json!({"count": count + 1, "lastTimestamp": now()});
             match events
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
             {
                 Ok(_) => {
-                    self.seen.insert(key, (name, count + 1));
+                    self.seen.lock_unpoisoned().insert(key, (name, count + 1));
                     return;
                 }
                 Err(e) => {
@@ -86,7 +93,7 @@ impl Recorder {
         };
         match events.create(&PostParams::default(), &event).await {
             Ok(_) => {
-                self.seen.insert(key, (name, 1));
+                self.seen.lock_unpoisoned().insert(key, (name, 1));
             }
             Err(e) => {
                 tracing::warn!(pod = %pod.name_any(), reason, error = %e, "cannot record event")
@@ -95,7 +102,9 @@ impl Recorder {
     }
 
     /// Forgets the events of pods that are gone.
-    pub fn retain_pods(&mut self, live: &std::collections::HashSet<String>) {
-        self.seen.retain(|(uid, _, _), _| live.contains(uid));
+    pub fn retain_pods(&self, live: &std::collections::HashSet<String>) {
+        self.seen
+            .lock_unpoisoned()
+            .retain(|(uid, _, _), _| live.contains(uid));
     }
 }

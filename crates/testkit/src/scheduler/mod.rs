@@ -1,18 +1,24 @@
 //! A minimal kube-scheduler for tests and the demo: it schedules the pods that name
-//! it (`spec.schedulerName`) and have no node, one at a time like kube-scheduler,
-//! through the built-in filters that matter for GPU pods ([`filters`]) and then
-//! the configured scheduler extenders over HTTP(S) ([`extender`]), exactly as
-//! kube-scheduler calls them. It binds through the extender's `bind` verb when it
-//! has one, else through `pods/binding`; records `Scheduled` /
+//! it (`spec.schedulerName`) and have no node through the built-in filters that matter
+//! for GPU pods ([`filters`]) and then the configured scheduler extenders over HTTP(S)
+//! ([`extender`]), exactly as kube-scheduler calls them.
+//!
+//! As in kube-scheduler, the scheduling cycle (filter, choose a node, assume the pod
+//! on it) runs one pod at a time, and the binding cycle runs asynchronously
+//! ([`binding`]): up to [`SchedulerConfig::max_binds_in_flight`] binds at once, each in
+//! its own task, the assumed pod counted on its node until its bind ends and the watch
+//! shows it bound. A pod binds through the extender's `bind` verb when it has one, else
+//! through `pods/binding`. A failed bind forgets the assumption and sends the pod back
+//! to the queue with backoff, as a failed scheduling attempt does. Records `Scheduled` /
 //! `FailedScheduling` events and the `PodScheduled=False` condition with
-//! kube-scheduler's reasons and messages; and retries failed pods with
-//! exponential backoff.
+//! kube-scheduler's reasons and messages; retries failed pods with exponential backoff.
 //!
 //! Not emulated: scoring (among several feasible nodes the first by name wins,
 //! where kube-scheduler would score them), extender `prioritize`/`preempt`,
 //! preemption, and queueing hints (an unschedulable pod is retried when its
 //! backoff expires, not when a node changes).
 
+pub mod binding;
 pub mod events;
 pub mod extender;
 pub mod filters;
@@ -25,15 +31,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use hami_core::pod::is_terminal;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
+use binding::{BindDone, Binder, Failure};
 pub use extender::{ExtenderConfig, ManagedResource};
 use filters::NodeUsage;
 
@@ -48,6 +55,9 @@ pub struct SchedulerConfig {
     pub initial_backoff: Duration,
     /// Longest retry delay (kube-scheduler: 10 s).
     pub max_backoff: Duration,
+    /// Binding cycles running at once; the scheduling cycle waits for one to end when
+    /// this many are in flight.
+    pub max_binds_in_flight: usize,
 }
 
 impl SchedulerConfig {
@@ -57,6 +67,7 @@ impl SchedulerConfig {
             extenders: Vec::new(),
             initial_backoff: Duration::from_secs(1),
             max_backoff: Duration::from_secs(10),
+            max_binds_in_flight: 16,
         }
     }
 
@@ -66,7 +77,7 @@ impl SchedulerConfig {
     }
 }
 
-/// A running scheduler; stops when dropped.
+/// A running scheduler; stops when dropped (its binds in flight with it).
 #[derive(Debug)]
 pub struct Scheduler {
     tasks: Vec<JoinHandle<()>>,
@@ -114,16 +125,19 @@ impl Scheduler {
                     .await;
             })
         };
-        let events = events::Recorder::new(client.clone(), &config.scheduler_name);
+        let binder = Arc::new(Binder::new(client, &config));
         let lp = Loop {
-            client,
             cfg: config,
             nodes,
             pods,
             wake,
             backoff: HashMap::new(),
             assumed: HashMap::new(),
-            events,
+            requests: HashMap::new(),
+            node_values: HashMap::new(),
+            binder,
+            binding: JoinSet::new(),
+            in_flight: HashMap::new(),
         };
         Self {
             tasks: vec![watch_nodes, watch_pods, tokio::spawn(lp.run())],
@@ -131,26 +145,27 @@ impl Scheduler {
     }
 }
 
-/// Why a scheduling attempt failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Failure {
-    /// No node fits: reason `Unschedulable`.
-    Unschedulable(String),
-    /// Anything else (an extender error, a failed bind): reason `SchedulerError`.
-    Error(String),
-}
-
 struct Loop {
-    client: Client,
     cfg: SchedulerConfig,
     nodes: Store<Node>,
     pods: Store<Pod>,
     wake: Arc<Notify>,
     /// pod uid → (next attempt, attempts so far)
     backoff: HashMap<String, (Instant, u32)>,
-    /// Pods bound but not yet seen bound in the watch: pod uid → (node, requests).
+    /// Pods assumed on a node: from the end of their scheduling cycle until their bind
+    /// failed or the watch shows them bound. pod uid → (node, requests).
     assumed: HashMap<String, (String, BTreeMap<String, i128>)>,
-    events: events::Recorder,
+    /// Each pod's effective requests (its spec's resources do not change): pod uid →
+    /// requests, so a cycle does not serialise every pod of the cluster again.
+    requests: HashMap<String, BTreeMap<String, i128>>,
+    /// Each node as JSON, by name, with the resourceVersion it was encoded from.
+    node_values: HashMap<String, (String, Value)>,
+    /// Binds the pods and records the outcome (shared with the binding tasks).
+    binder: Arc<Binder>,
+    /// The binding cycles in flight; dropped (and aborted) with the loop.
+    binding: JoinSet<BindDone>,
+    /// Binding task → the pod it binds, to forget the pod should its task panic.
+    in_flight: HashMap<tokio::task::Id, String>,
 }
 
 fn node_name(p: &Pod) -> &str {
@@ -172,14 +187,18 @@ impl Loop {
         tracing::info!(scheduler = %self.cfg.scheduler_name, extenders = self.cfg.extenders.len(), "scheduler emulator running");
         loop {
             let next = self.cycle().await;
-            match next {
-                Some(at) => {
-                    tokio::select! {
-                        () = self.wake.notified() => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
+            let backoff_ends = async {
+                match next {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
                 }
-                None => self.wake.notified().await,
+            };
+            tokio::select! {
+                () = self.wake.notified() => {}
+                () = backoff_ends => {}
+                Some(done) = self.binding.join_next_with_id(), if !self.binding.is_empty() => {
+                    self.bind_ended(done);
+                }
             }
         }
     }
@@ -192,8 +211,53 @@ impl Loop {
             && !is_terminal(p)
     }
 
+    /// A binding cycle ended: on failure the assumption is forgotten and the pod backs
+    /// off before its next attempt (the binding task recorded why).
+    fn bind_ended(&mut self, done: Result<(tokio::task::Id, BindDone), tokio::task::JoinError>) {
+        let (uid, bound) = match done {
+            Ok((id, done)) => {
+                self.in_flight.remove(&id);
+                (done.uid, done.bound)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a binding task ended abnormally; its pod is retried");
+                match self.in_flight.remove(&e.id()) {
+                    Some(uid) => (uid, false),
+                    None => return,
+                }
+            }
+        };
+        if bound {
+            self.backoff.remove(&uid);
+        } else {
+            self.assumed.remove(&uid);
+            self.back_off(uid);
+        }
+    }
+
+    /// Handles the binding cycles that ended, without waiting.
+    fn reap_binds(&mut self) {
+        while let Some(done) = self.binding.try_join_next_with_id() {
+            self.bind_ended(done);
+        }
+    }
+
+    /// Schedules the pod's next attempt after its backoff; answers when that is.
+    fn back_off(&mut self, uid: String) -> Instant {
+        let attempts = self.backoff.get(&uid).map_or(0, |(_, a)| *a) + 1;
+        let delay = self
+            .cfg
+            .initial_backoff
+            .saturating_mul(1 << (attempts - 1).min(16))
+            .min(self.cfg.max_backoff);
+        let due = Instant::now() + delay;
+        self.backoff.insert(uid, (due, attempts));
+        due
+    }
+
     /// One pass over the queue; answers when the next backoff ends.
     async fn cycle(&mut self) -> Option<Instant> {
+        self.reap_binds();
         let pods = self.pods.state();
         let live: HashSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
         // An assumed pod is done once the cache shows it bound (or gone).
@@ -203,7 +267,8 @@ impl Loop {
                 .is_some_and(|p| node_name(p).is_empty())
         });
         self.backoff.retain(|uid, _| live.contains(uid));
-        self.events.retain_pods(&live);
+        self.requests.retain(|uid, _| live.contains(uid));
+        self.binder.events.retain_pods(&live);
         let mut queue: Vec<Arc<Pod>> = pods
             .iter()
             .filter(|p| self.pending(p))
@@ -216,6 +281,7 @@ impl Loop {
                 .then_with(|| a.namespace().cmp(&b.namespace()))
                 .then_with(|| a.name_any().cmp(&b.name_any()))
         });
+        let mut usage = self.usage(&pods);
         let mut next: Option<Instant> = None;
         for pod in queue {
             let uid = pod.uid().unwrap_or_default();
@@ -224,58 +290,73 @@ impl Loop {
                 next = Some(next.map_or(*due, |n| n.min(*due)));
                 continue;
             }
-            match self.schedule_one(&pod).await {
-                Ok(()) => {
-                    self.backoff.remove(&uid);
+            // The binding cycle is bounded: wait for a slot before assuming another pod.
+            while self.binding.len() >= self.cfg.max_binds_in_flight.max(1) {
+                match self.binding.join_next_with_id().await {
+                    Some(done) => self.bind_ended(done),
+                    None => break,
+                }
+            }
+            self.reap_binds();
+            match self.schedule_one(&pod, &usage).await {
+                Ok((host, pod_v)) => {
+                    let requests = filters::pod_requests(&pod_v);
+                    usage.entry(host.clone()).or_default().add(&requests);
+                    self.assumed.insert(uid.clone(), (host.clone(), requests));
+                    let binder = self.binder.clone();
+                    let task = self
+                        .binding
+                        .spawn(async move { binder.bind_cycle(pod, pod_v, host).await });
+                    self.in_flight.insert(task.id(), uid);
                 }
                 Err(f) => {
-                    let attempts = self.backoff.get(&uid).map_or(0, |(_, a)| *a) + 1;
-                    let delay = self
-                        .cfg
-                        .initial_backoff
-                        .saturating_mul(1 << (attempts - 1).min(16))
-                        .min(self.cfg.max_backoff);
-                    let due = Instant::now() + delay;
-                    self.backoff.insert(uid, (due, attempts));
+                    let due = self.back_off(uid);
                     next = Some(next.map_or(due, |n| n.min(due)));
-                    self.record_failure(&pod, &f).await;
+                    self.binder.record_failure(&pod, &f).await;
                 }
             }
         }
         next
     }
 
-    /// Per-node usage from the pods in the cache plus the ones just bound.
-    fn usage(&self, pods: &[Arc<Pod>], skip_uid: &str) -> HashMap<String, NodeUsage> {
+    /// Per-node usage from the pods in the cache plus the assumed ones.
+    fn usage(&mut self, pods: &[Arc<Pod>]) -> HashMap<String, NodeUsage> {
         let mut out: HashMap<String, NodeUsage> = HashMap::new();
         for p in pods {
             let node = node_name(p);
-            if node.is_empty() || is_terminal(p) || p.uid().as_deref() == Some(skip_uid) {
+            if node.is_empty() || is_terminal(p) {
                 continue;
             }
-            let v = serde_json::to_value(&**p).unwrap_or(Value::Null);
-            out.entry(node.to_string())
-                .or_default()
-                .add(&filters::pod_requests(&v));
+            let uid = p.uid().unwrap_or_default();
+            let requests = self.requests.entry(uid).or_insert_with(|| {
+                let v = serde_json::to_value(&**p).unwrap_or(Value::Null);
+                filters::pod_requests(&v)
+            });
+            out.entry(node.to_string()).or_default().add(requests);
         }
-        for (uid, (node, req)) in &self.assumed {
-            if uid != skip_uid {
-                out.entry(node.clone()).or_default().add(req);
-            }
+        for (node, req) in self.assumed.values() {
+            out.entry(node.clone()).or_default().add(req);
         }
         out
     }
 
-    async fn schedule_one(&mut self, pod: &Pod) -> Result<(), Failure> {
-        let pod_v = serde_json::to_value(pod).map_err(|e| Failure::Error(e.to_string()))?;
-        let uid = pod.uid().unwrap_or_default();
-        let mut nodes: Vec<Value> = self
-            .nodes
-            .state()
-            .iter()
-            .filter_map(|n| serde_json::to_value(&**n).ok())
-            .collect();
-        nodes.sort_by(|a, b| {
+    /// The nodes as JSON, sorted by name; each encoded again only when it changed.
+    fn node_values(&mut self) -> Vec<Value> {
+        let nodes = self.nodes.state();
+        let names: HashSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+        self.node_values.retain(|name, _| names.contains(name));
+        let mut out = Vec::with_capacity(nodes.len());
+        for n in &nodes {
+            let rv = n.resource_version().unwrap_or_default();
+            let entry = self.node_values.entry(n.name_any()).or_default();
+            if entry.0 != rv || entry.1.is_null() {
+                *entry = (rv, serde_json::to_value(&**n).unwrap_or(Value::Null));
+            }
+            if !entry.1.is_null() {
+                out.push(entry.1.clone());
+            }
+        }
+        out.sort_by(|a, b| {
             let n = |v: &Value| {
                 v.pointer("/metadata/name")
                     .and_then(Value::as_str)
@@ -283,6 +364,17 @@ impl Loop {
             };
             n(a).cmp(&n(b))
         });
+        out
+    }
+
+    /// The scheduling cycle of one pod: the node it goes to, with the pod as JSON.
+    async fn schedule_one(
+        &mut self,
+        pod: &Pod,
+        usage: &HashMap<String, NodeUsage>,
+    ) -> Result<(String, Value), Failure> {
+        let pod_v = serde_json::to_value(pod).map_err(|e| Failure::Error(e.to_string()))?;
+        let nodes = self.node_values();
         if nodes.is_empty() {
             return Err(Failure::Error("no nodes available to schedule pods".into()));
         }
@@ -294,7 +386,6 @@ impl Loop {
             .filter(|r| r.ignored_by_scheduler)
             .map(|r| r.name.clone())
             .collect();
-        let usage = self.usage(&self.pods.state(), &uid);
         let empty = NodeUsage::default();
         let mut statuses: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut feasible = Vec::new();
@@ -361,79 +452,6 @@ impl Loop {
                 &statuses,
             )));
         };
-        self.bind(pod, &pod_v, &host).await?;
-        self.assumed
-            .insert(uid, (host.clone(), filters::pod_requests(&pod_v)));
-        let ns = pod.namespace().unwrap_or_default();
-        tracing::info!(pod = %format!("{ns}/{}", pod.name_any()), node = %host, "scheduled");
-        let msg = format!("Successfully assigned {ns}/{} to {host}", pod.name_any());
-        self.events.record(pod, "Normal", "Scheduled", &msg).await;
-        Ok(())
-    }
-
-    async fn bind(&self, pod: &Pod, pod_v: &Value, host: &str) -> Result<(), Failure> {
-        let ns = pod.namespace().unwrap_or_default();
-        let binder = self
-            .cfg
-            .extenders
-            .iter()
-            .find(|e| !e.bind_verb.is_empty() && e.is_interested(pod_v));
-        let result = match binder {
-            Some(ext) => {
-                let args = extender::ExtenderBindingArgs {
-                    pod_name: pod.name_any(),
-                    pod_namespace: ns.clone(),
-                    pod_uid: pod.uid().unwrap_or_default(),
-                    node: host.to_string(),
-                };
-                ext.bind(&args).await
-            }
-            None => {
-                let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-                let binding = json!({
-                    "apiVersion": "v1", "kind": "Binding",
-                    "metadata": {"name": pod.name_any(), "namespace": ns, "uid": pod.uid()},
-                    "target": {"apiVersion": "v1", "kind": "Node", "name": host},
-                });
-                pods.create_subresource::<Value, Value>(
-                    "binding",
-                    &pod.name_any(),
-                    &PostParams::default(),
-                    &binding,
-                )
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-            }
-        };
-        result.map_err(|e| Failure::Error(format!("binding rejected: {e}")))
-    }
-
-    async fn record_failure(&mut self, pod: &Pod, f: &Failure) {
-        let (reason, message) = match f {
-            Failure::Unschedulable(m) => ("Unschedulable", m.as_str()),
-            Failure::Error(m) => ("SchedulerError", m.as_str()),
-        };
-        let ns = pod.namespace().unwrap_or_default();
-        tracing::info!(pod = %format!("{ns}/{}", pod.name_any()), reason, message, "pod not scheduled");
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let patch = json!({"status": {"conditions": [{
-            "type": "PodScheduled", "status": "False", "reason": reason, "message": message,
-            "lastProbeTime": null, "lastTransitionTime": now,
-        }]}});
-        if let Err(e) = pods
-            .patch_status(
-                &pod.name_any(),
-                &PatchParams::default(),
-                &Patch::Strategic(&patch),
-            )
-            .await
-        {
-            tracing::warn!(pod = %pod.name_any(), error = %e, "cannot update the PodScheduled condition");
-        }
-        self.events
-            .record(pod, "Warning", "FailedScheduling", message)
-            .await;
+        Ok((host, pod_v))
     }
 }
