@@ -193,7 +193,7 @@ impl DemoCluster {
             let mut n = EmulatedNode::create(&spec, node, cluster.dir.path(), &client).await?;
             n.start_agent(&cluster.new_client()?);
             n.start_plugin(&cluster.new_client()?).await?;
-            if spec.usage_reporting {
+            if spec.usage_reporting && n.vendor_plugin.is_none() {
                 n.start_workload(&cluster.new_client()?, spec.timing.usage_interval);
                 n.start_monitor(&cluster.new_client()?, spec.timing.usage_interval)?;
             }
@@ -350,16 +350,18 @@ impl DemoCluster {
     }
 
     async fn wait_nodes_allocatable(&self) -> Result<(), HarnessError> {
-        let resource = self.spec.devices.nvidia.resource_count_name.clone();
-        let split = self.spec.devices.nvidia.device_split_count as usize;
-        for node in &self.spec.nodes {
-            let want = (node.gpus.len() * split).to_string();
-            let what = format!("node {} to report {want} allocatable {resource}", node.name);
+        for node in &self.nodes {
+            let (resource, count) = node.resource();
+            let want = count.to_string();
+            let what = format!(
+                "node {} to report {want} allocatable {resource}",
+                node.name()
+            );
             wait_for(self.api.store(), &what, START_TIMEOUT, |s| {
-                let n = s.get(&NODES, None, &node.name).ok()?;
+                let n = s.get(&NODES, None, node.name()).ok()?;
                 let got = n
                     .pointer("/status/allocatable")
-                    .and_then(|a| a.get(&resource))
+                    .and_then(|a| a.get(resource))
                     .and_then(Value::as_str)?;
                 (got == want).then_some(())
             })
@@ -375,11 +377,7 @@ impl DemoCluster {
             .nodes
             .iter()
             .filter(|n| n.plugin.is_some())
-            .flat_map(|n| {
-                (0..n.spec.gpus.len())
-                    .map(|i| n.spec.uuid(i))
-                    .collect::<Vec<_>>()
-            })
+            .flat_map(|n| n.spec.device_ids())
             .collect();
         let deadline = Instant::now() + START_TIMEOUT;
         loop {

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use hami_core::config::DeviceConfig;
 use hami_core::engine::SchedulerDefaults;
+use hami_core::vendor::Vendor;
+use hami_core::vendor::amd::Amd;
+use hami_core::vendor::hygon::Hygon;
 use hami_scheduler::cli::DEFAULT_BODY_LIMIT;
 use hami_scheduler::run::{Service, serve_service};
 use hami_scheduler::service::Settings;
@@ -16,7 +19,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 use crate::component::{HarnessError, Running};
-use crate::spec::ClusterSpec;
+use crate::spec::{ClusterSpec, NodeVendor};
 
 /// The extender as it runs now: its task and its admin address (/readyz, /metrics).
 #[derive(Debug)]
@@ -157,6 +160,19 @@ async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
     }
 }
 
+/// The resources of the cluster's AMD and DCU nodes' vendors (the chart's
+/// `scheduler.extraManagedResources` when those plugins are enabled).
+fn vendor_resources(spec: &ClusterSpec) -> Vec<String> {
+    spec.nodes
+        .iter()
+        .flat_map(|n| match n.vendor {
+            NodeVendor::Nvidia => Vec::new(),
+            NodeVendor::Amd { .. } => Amd::new(spec.devices.amd.clone()).resource_names(),
+            NodeVendor::Dcu { .. } => Hygon::new(spec.devices.hygon.clone()).resource_names(),
+        })
+        .collect()
+}
+
 /// kube-scheduler's configuration as the chart renders it: one profile, one extender
 /// with `filterVerb: filter`, `bindVerb: bind`, `nodeCacheCapable: true` and every
 /// resource the extender owns `ignoredByScheduler`.
@@ -170,8 +186,17 @@ pub(crate) fn scheduler_config(spec: &ClusterSpec, extender: SocketAddr) -> Sche
         &nv.resource_priority_name,
     ]
     .into_iter()
+    .cloned()
+    .chain(vendor_resources(spec))
+    .fold(Vec::<String>::new(), |mut names, name| {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+        names
+    })
+    .into_iter()
     .map(|name| ManagedResource {
-        name: name.clone(),
+        name,
         ignored_by_scheduler: true,
     })
     .collect();

@@ -44,6 +44,8 @@ pub mod report;
 pub mod scenario;
 pub mod spec;
 pub mod usage;
+pub mod vendor_examples;
+mod vendor_plugin;
 pub mod webhook;
 
 use std::net::SocketAddr;

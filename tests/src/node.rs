@@ -1,6 +1,8 @@
 //! One emulated node: a kubelet emulator in its own device-plugin directory, our real
 //! NVIDIA device plugin on the fake backend, the node agent, the fake workload (HAMi-core
-//! shared regions for the running containers) and our real vGPU monitor.
+//! shared regions for the running containers) and our real vGPU monitor. An AMD or DCU
+//! node runs that vendor's real plugin on a fake sysfs/dev tree instead, and no workload
+//! or monitor (both read HAMi-core's NVIDIA shared regions).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::component::{HarnessError, Running};
 use crate::spec::{ClusterSpec, NodeSpec};
+use crate::vendor_plugin::VendorPlugin;
 
 /// How long a device plugin may take to register and publish its GPUs.
 const PLUGIN_START: Duration = Duration::from_secs(30);
@@ -45,6 +48,8 @@ pub struct EmulatedNode {
     /// HAMi-core's host directory (`HOOK_PATH`).
     pub hook_path: PathBuf,
     pub(crate) plugin_cfg: PluginConfig,
+    /// The AMD or DCU plugin this node runs instead of the NVIDIA one.
+    pub(crate) vendor_plugin: Option<VendorPlugin>,
     pub(crate) kubelet: Arc<Kubelet>,
     pub(crate) plugin: Option<RunningPlugin>,
     pub(crate) agent: Option<Running>,
@@ -91,14 +96,23 @@ impl EmulatedNode {
             nvidia: spec.devices.nvidia.clone(),
             node: None,
         };
-        let plugin_cfg = settings::plugin_config(
-            &loaded,
-            &args,
-            &node.name,
+        let vendor_plugin = VendorPlugin::prepare(
+            node,
+            &dir.join("tree"),
             &plugin_dir,
             spec.timing.register_interval,
-        )
-        .map_err(|e| HarnessError::Setup(format!("device plugin settings: {e}")))?;
+        )?;
+        let plugin_cfg = match &vendor_plugin {
+            Some(v) => v.config(&node.name)?,
+            None => settings::plugin_config(
+                &loaded,
+                &args,
+                &node.name,
+                &plugin_dir,
+                spec.timing.register_interval,
+            )
+            .map_err(|e| HarnessError::Setup(format!("device plugin settings: {e}")))?,
+        };
 
         let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
         let object: k8s_openapi::api::core::v1::Node = serde_json::from_value(node_object(node))
@@ -125,6 +139,7 @@ impl EmulatedNode {
             device_file,
             hook_path,
             plugin_cfg,
+            vendor_plugin,
             kubelet: Arc::new(kubelet),
             plugin: None,
             agent: None,
@@ -142,6 +157,20 @@ impl EmulatedNode {
         &self.kubelet
     }
 
+    /// The resource its device plugin publishes and how many of it (devices × split).
+    pub fn resource(&self) -> (&str, usize) {
+        let devices = self.spec.device_ids().len();
+        (
+            &self.plugin_cfg.resource_name,
+            devices * self.plugin_cfg.split_count as usize,
+        )
+    }
+
+    /// The device root an AMD or DCU plugin names host paths under (`None` on NVIDIA).
+    pub fn vendor_dev_root(&self) -> Option<PathBuf> {
+        self.vendor_plugin.as_ref().map(VendorPlugin::dev_root)
+    }
+
     /// Starts the device plugin and waits until it registered with kubelet and
     /// published the node's GPUs.
     pub(crate) async fn start_plugin(&mut self, client: &Client) -> Result<(), HarnessError> {
@@ -150,15 +179,22 @@ impl EmulatedNode {
         }
         let mut registry = Registry::default();
         let metrics = Metrics::register(&mut registry);
-        let backend = Arc::new(FakeBackend::new(&self.device_file));
-        let events = hami_k8s::events::Recorder::start(
-            client.clone(),
-            "hami-device-plugin",
-            &self.spec.name,
-        );
-        let plugin = Plugin::new(self.plugin_cfg.clone(), backend, client.clone(), metrics)
-            .map_err(|e| HarnessError::Setup(format!("device plugin of {}: {e}", self.spec.name)))?
-            .with_events(events);
+        let plugin = match &self.vendor_plugin {
+            Some(v) => v.plugin(self.plugin_cfg.clone(), client.clone(), metrics)?,
+            None => {
+                let backend = Arc::new(FakeBackend::new(&self.device_file));
+                let events = hami_k8s::events::Recorder::start(
+                    client.clone(),
+                    "hami-device-plugin",
+                    &self.spec.name,
+                );
+                Plugin::new(self.plugin_cfg.clone(), backend, client.clone(), metrics)
+                    .map_err(|e| {
+                        HarnessError::Setup(format!("device plugin of {}: {e}", self.spec.name))
+                    })?
+                    .with_events(events)
+            }
+        };
         let mut status = plugin.status();
         let stop = CancellationToken::new();
         let running = Running::spawn(

@@ -17,12 +17,26 @@ pub struct GpuSpec {
     pub numa: i32,
 }
 
+/// Which device plugin a node runs, on which fake devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeVendor {
+    /// `hami-device-plugin-nvidia` on its fake backend (the node's `gpus`).
+    #[default]
+    Nvidia,
+    /// `hami-device-plugin-amd` on a fake MI300X sysfs/dev tree of this many GPUs.
+    Amd { gpus: u32 },
+    /// `hami-device-plugin-dcu` on a fake K100_AI sysfs/dev tree of this many DCUs.
+    Dcu { cards: u32 },
+}
+
 /// One emulated node.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSpec {
     pub name: String,
+    /// NVIDIA GPUs (empty on an AMD or DCU node: their devices are the vendor's tree).
     pub gpus: Vec<GpuSpec>,
     pub labels: BTreeMap<String, String>,
+    pub vendor: NodeVendor,
 }
 
 impl NodeSpec {
@@ -33,6 +47,42 @@ impl NodeSpec {
             name: name.to_string(),
             gpus: Vec::new(),
             labels: BTreeMap::from([("gpu".to_string(), "on".to_string())]),
+            vendor: NodeVendor::Nvidia,
+        }
+    }
+
+    /// A node of `gpus` MI300X, labelled `amd=on` like the chart's AMD plugin node
+    /// selector expects.
+    pub fn amd(name: &str, gpus: u32) -> Self {
+        Self::of_vendor(name, "amd", NodeVendor::Amd { gpus })
+    }
+
+    /// A node of `cards` K100_AI, labelled `dcu=on` like the chart's DCU plugin node
+    /// selector expects.
+    pub fn dcu(name: &str, cards: u32) -> Self {
+        Self::of_vendor(name, "dcu", NodeVendor::Dcu { cards })
+    }
+
+    fn of_vendor(name: &str, selector: &str, vendor: NodeVendor) -> Self {
+        Self {
+            labels: BTreeMap::from([(selector.to_string(), "on".to_string())]),
+            vendor,
+            ..Self::new(name)
+        }
+    }
+
+    /// The IDs its device plugin registers, in order.
+    pub fn device_ids(&self) -> Vec<String> {
+        match self.vendor {
+            NodeVendor::Nvidia => (0..self.gpus.len()).map(|i| self.uuid(i)).collect(),
+            NodeVendor::Amd { gpus } => hami_device_plugin_amd::fake_tree::mi300x(gpus)
+                .into_iter()
+                .map(|g| g.uuid)
+                .collect(),
+            NodeVendor::Dcu { cards } => hami_device_plugin_dcu::fake_tree::k100_ai(cards)
+                .into_iter()
+                .map(|d| d.id())
+                .collect(),
         }
     }
 
@@ -145,9 +195,16 @@ impl ClusterSpec {
         }
     }
 
-    /// The demo's three nodes: mixed models, sizes and NUMA layouts.
+    /// The demo's three NVIDIA nodes: mixed models, sizes and NUMA layouts.
     pub fn demo() -> Self {
         Self::new(demo_nodes())
+    }
+
+    /// The demo's NVIDIA nodes plus [`vendor_nodes`]: what `cargo xtask demo` runs.
+    pub fn demo_all_vendors() -> Self {
+        let mut nodes = demo_nodes();
+        nodes.extend(vendor_nodes());
+        Self::new(nodes)
     }
 
     pub fn timing(mut self, timing: Timing) -> Self {
@@ -168,6 +225,11 @@ pub fn demo_nodes() -> Vec<NodeSpec> {
         NodeSpec::new("gpu-t4").gpus("Tesla T4", 15360, &[0, 0, 1, 1]),
         NodeSpec::new("gpu-h100").gpus("NVIDIA H100 80GB HBM3", 81559, &[0]),
     ]
+}
+
+/// 2 × AMD Instinct MI300X and 2 × Hygon K100_AI, each on its plugin's fake tree.
+pub fn vendor_nodes() -> Vec<NodeSpec> {
+    vec![NodeSpec::amd("amd-mi300x", 2), NodeSpec::dcu("dcu-k100", 2)]
 }
 
 #[cfg(test)]

@@ -132,7 +132,12 @@ impl UsageReport {
         loop {
             problems.clear();
             let mut scraped: BTreeMap<String, String> = BTreeMap::new();
-            for n in cluster.nodes() {
+            // AMD and DCU nodes run no vGPU monitor (it reads NVIDIA's shared regions).
+            for n in cluster
+                .nodes()
+                .iter()
+                .filter(|n| n.vendor_dev_root().is_none())
+            {
                 let Some(addr) = n.monitor_addr() else {
                     problems.push(format!("no vGPU monitor runs on {}", n.name()));
                     continue;

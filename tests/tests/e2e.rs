@@ -17,6 +17,7 @@ use hami_testkit::fixture::{Check, GpuPod};
 use hami_testkit::kubelet::PluginCall;
 use hami_testkit::resources::{NODES, PODS};
 use hami_testkit::selectors::Selector;
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -759,6 +760,105 @@ async fn resource_quota_refuses_at_admission_and_at_filter() {
     assert!(
         warning.contains("ResourceQuotaNotFit (namespace quota-demo"),
         "{warning}"
+    );
+    cluster.shutdown().await.unwrap();
+}
+
+/// The demo as `cargo xtask demo` runs it: the NVIDIA nodes plus an AMD MI300X node and a
+/// Hygon K100_AI node, each running its real plugin on a fake tree. Every NVIDIA example
+/// still passes; the AMD and DCU pods go through the webhook, the extender and kubelet's
+/// Allocate, and get exactly the devices, env and mounts their annotations imply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_with_amd_and_dcu_nodes() {
+    use hami_e2e::vendor_examples;
+    let cluster = DemoCluster::start(ClusterSpec::demo_all_vendors().timing(Timing::fast()))
+        .await
+        .expect("demo cluster with AMD and DCU nodes starts");
+    must_pass(&cluster, &scenario::demo_examples()).await;
+    let examples = vendor_examples::vendor_examples();
+    let outcome = vendor_examples::run(&cluster, &examples).await;
+    assert!(
+        outcome.ok(),
+        "{:#?}\n{}",
+        outcome.problems,
+        outcome.render_text()
+    );
+    let node_of = |pod: &str| {
+        outcome
+            .pods
+            .iter()
+            .find(|p| p.name == pod)
+            .map(|p| p.node.clone())
+    };
+    assert_eq!(node_of("amd-slice").as_deref(), Some("amd-mi300x"));
+    assert_eq!(node_of("dcu-partial").as_deref(), Some("dcu-k100"));
+    assert_eq!(node_of("dcu-whole").as_deref(), Some("dcu-k100"));
+    let amd = &outcome.pods[0].containers[0];
+    assert!(amd.env.contains_key("HSA_CU_MASK"), "{amd:?}");
+    assert!(amd.devices.contains_key("/dev/kfd"), "{amd:?}");
+    let partial = &outcome.pods[1].containers[0];
+    assert!(
+        partial
+            .mounts
+            .iter()
+            .any(|m| m.container_path == "/etc/vdev/docker/"),
+        "{partial:?}"
+    );
+    let whole = &outcome.pods[2].containers[0];
+    assert!(
+        whole
+            .mounts
+            .iter()
+            .all(|m| m.container_path != "/etc/vdev/docker/"),
+        "{whole:?}"
+    );
+
+    // The checks can fail: with the scheduler's annotations changed behind the plugins'
+    // backs, what the containers got no longer matches and each pod is named.
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(cluster.client(), "default");
+    let cus = cluster.pod("default", "amd-slice").unwrap()["metadata"]["annotations"]
+        ["hami.io/amd-cu-allocated"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let shifted: std::collections::BTreeMap<String, String> =
+        serde_json::from_str::<std::collections::BTreeMap<String, String>>(&cus)
+            .unwrap()
+            .into_keys()
+            .map(|uuid| (uuid, "300-303".to_string()))
+            .collect();
+    let partial_alloc = cluster.pod("default", "dcu-partial").unwrap()["metadata"]["annotations"]
+        ["hami.io/dcu-devices-allocated"]
+        .as_str()
+        .unwrap()
+        .replace(",8192,", ",4096,");
+    for (pod, key, value) in [
+        (
+            "amd-slice",
+            "hami.io/amd-cu-allocated",
+            serde_json::to_string(&shifted).unwrap(),
+        ),
+        (
+            "dcu-partial",
+            "hami.io/dcu-devices-allocated",
+            partial_alloc,
+        ),
+    ] {
+        pods.patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+    }
+    let caught = vendor_examples::check(&cluster, &examples).await;
+    let named: BTreeSet<&str> = caught.problems.iter().map(|(p, _)| p.as_str()).collect();
+    assert_eq!(
+        named,
+        BTreeSet::from(["amd-slice", "dcu-partial"]),
+        "{:#?}",
+        caught.problems
     );
     cluster.shutdown().await.unwrap();
 }

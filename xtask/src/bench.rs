@@ -1,8 +1,8 @@
 //! `cargo xtask bench`: the real `hami-scheduler` binary against the API server emulator
 //! with its caches pre-filled, `/filter` timed over loopback HTTP the way kube-scheduler
 //! calls it (one keep-alive connection, one pod at a time, every node a candidate). The
-//! `-scraped` scenario times /filter twice, alone and while `/metrics` is scraped in a
-//! loop, and reports the p99 difference (`docs/extender.md#measured`).
+//! `-scraped` scenario times /filter alone and while `/metrics` is scraped in a loop, in
+//! alternating blocks, and reports the p99 difference (`docs/extender.md#measured`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use hami_core::codec::{encode_node_register_json, encode_pod_single_device};
-use hami_core::model::{ContainerDevice, DeviceInfo};
 use hami_testkit::resources::{NODES, PODS};
+use hami_testkit::scale::{ScaleCluster, node_name, pending_pod};
 use hami_testkit::{ApiServer, Options};
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
@@ -33,6 +33,9 @@ pub struct Scenario {
     pub policies: (&'static str, &'static str),
     /// Also time /filter while /metrics is scraped in a loop.
     pub scraped: bool,
+    /// Drive whole scheduling cycles (filter, bind, the device plugin's release) instead
+    /// of /filter alone (`bench_cycle.rs`).
+    pub cycle: bool,
 }
 
 /// The chart's default policies.
@@ -41,7 +44,7 @@ const DEFAULT_POLICIES: (&str, &str) = ("binpack", "spread");
 /// Node and GPU policy `frag` (`docs/extender.md#node-and-gpu-policy-frag`).
 const FRAG_POLICIES: (&str, &str) = ("frag", "frag");
 
-pub const SCENARIOS: [Scenario; 6] = [
+pub const SCENARIOS: [Scenario; 7] = [
     Scenario {
         name: "50x8-1k",
         nodes: 50,
@@ -49,6 +52,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 1_000,
         policies: DEFAULT_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "100x16-5k",
@@ -57,6 +61,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 5_000,
         policies: DEFAULT_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "5000x8-50k",
@@ -65,6 +70,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 50_000,
         policies: DEFAULT_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "5000x8-50k-scraped",
@@ -73,6 +79,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 50_000,
         policies: DEFAULT_POLICIES,
         scraped: true,
+        cycle: false,
     },
     Scenario {
         name: "100x16-5k-frag",
@@ -81,6 +88,7 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 5_000,
         policies: FRAG_POLICIES,
         scraped: false,
+        cycle: false,
     },
     Scenario {
         name: "5000x8-50k-frag",
@@ -89,6 +97,16 @@ pub const SCENARIOS: [Scenario; 6] = [
         pods: 50_000,
         policies: FRAG_POLICIES,
         scraped: false,
+        cycle: false,
+    },
+    Scenario {
+        name: "100x16-5k-cycle",
+        nodes: 100,
+        gpus_per_node: 16,
+        pods: 5_000,
+        policies: DEFAULT_POLICIES,
+        scraped: false,
+        cycle: true,
     },
 ];
 
@@ -97,91 +115,24 @@ pub fn scenario_names() -> String {
     SCENARIOS.map(|s| s.name).join(", ")
 }
 
+impl Scenario {
+    fn cluster(&self) -> ScaleCluster {
+        ScaleCluster {
+            nodes: self.nodes,
+            gpus_per_node: self.gpus_per_node,
+        }
+    }
+}
+
+/// How long after the filters `rss_settled_mib` is read.
+const SETTLE: Duration = Duration::from_secs(3);
+
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct BenchArgs {
     pub requests: usize,
     pub warmup: usize,
     pub binary: PathBuf,
-}
-
-fn uuid(node: usize, gpu: usize) -> String {
-    format!(
-        "GPU-{node:08x}-{gpu:04x}-4a1c-9d2e-{:012x}",
-        node * 64 + gpu
-    )
-}
-
-fn node_name(i: usize) -> String {
-    format!("gpu-node-{i:05}")
-}
-
-fn node_object(i: usize, gpus: usize) -> Value {
-    let devices: Vec<DeviceInfo> = (0..gpus)
-        .map(|g| DeviceInfo {
-            id: uuid(i, g),
-            index: g as u32,
-            count: 10,
-            mem_mib: 81_920,
-            cores: 100,
-            dev_type: "NVIDIA-NVIDIA H100 80GB HBM3".into(),
-            numa: (g * 2 / gpus.max(1)) as i32,
-            mode: "hami-core".into(),
-            health: true,
-            mig_profiles: vec![],
-            custom_info: Default::default(),
-        })
-        .collect();
-    json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": node_name(i), "labels": {"gpu": "on"},
-            "annotations": {"hami.io/node-nvidia-register": encode_node_register_json(&devices)}},
-        "status": {"allocatable": {"nvidia.com/gpu": (gpus * 10).to_string(),
-                                   "cpu": "95500m", "memory": "753Gi"},
-                   "capacity": {"nvidia.com/gpu": (gpus * 10).to_string(),
-                                "cpu": "96", "memory": "768Gi"}}
-    })
-}
-
-fn running_pod(i: usize, s: &Scenario) -> Value {
-    let node = i % s.nodes;
-    let gpu = (i / s.nodes) % s.gpus_per_node;
-    let devices = encode_pod_single_device(&vec![vec![ContainerDevice {
-        idx: 0,
-        uuid: uuid(node, gpu),
-        dev_type: "NVIDIA".into(),
-        mem_mib: 4_000,
-        cores: 10,
-        slots: 0,
-    }]]);
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("running-{i:06}"), "namespace": "default",
-            "labels": {"hami.io/vgpu-node": node_name(node)},
-            "annotations": {
-                "hami.io/vgpu-node": node_name(node),
-                "hami.io/vgpu-time": "1795000000",
-                "hami.io/vgpu-devices-allocated": devices,
-                "hami.io/vgpu-devices-to-allocate": ";",
-                "hami.io/bind-phase": "success",
-            }},
-        "spec": {"nodeName": node_name(node), "schedulerName": "hami-scheduler",
-            "containers": [{"name": "main", "image": "cuda", "resources": {
-                "requests": {"cpu": "2", "memory": "8Gi"},
-                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000", "nvidia.com/gpucores": "10"}}}]},
-        "status": {"phase": "Running"}
-    })
-}
-
-fn pending_pod(i: usize) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("pending-{i:06}"), "namespace": "default"},
-        "spec": {"schedulerName": "hami-scheduler",
-            "containers": [{"name": "main", "image": "cuda", "resources": {
-                "requests": {"cpu": "4", "memory": "16Gi"},
-                "limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "5"}}}]},
-    })
 }
 
 pub(crate) fn free_port() -> anyhow::Result<u16> {
@@ -222,19 +173,21 @@ pub(crate) fn spawn(
 
 /// VmRSS and VmHWM of `pid`, in MiB.
 pub(crate) fn rss_mib(pid: u32) -> anyhow::Result<(f64, f64)> {
+    let [rss, hwm] = status_mib(pid, ["VmRSS:", "VmHWM:"])?;
+    Ok((rss, hwm))
+}
+
+/// Fields of `/proc/<pid>/status` given in kB, in MiB (0 when missing).
+pub(crate) fn status_mib<const N: usize>(pid: u32, names: [&str; N]) -> anyhow::Result<[f64; N]> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let field = |name: &str| -> Option<f64> {
+    Ok(names.map(|name| {
         status
             .lines()
             .find(|l| l.starts_with(name))
             .and_then(|l| l.split_whitespace().nth(1))
             .and_then(|kb| kb.parse::<f64>().ok())
-            .map(|kb| kb / 1024.0)
-    };
-    Ok((
-        field("VmRSS:").unwrap_or(0.0),
-        field("VmHWM:").unwrap_or(0.0),
-    ))
+            .map_or(0.0, |kb| kb / 1024.0)
+    }))
 }
 
 pub(crate) async fn get_status(port: u16, path: &str) -> Option<u16> {
@@ -250,6 +203,80 @@ pub(crate) async fn get_status(port: u16, path: &str) -> Option<u16> {
     let resp = sender.send_request(req).await.ok()?;
     Some(resp.status().as_u16())
 }
+
+/// The scenario's `nodes` node names as a JSON list (every node a candidate).
+pub(crate) fn candidates_json(nodes: usize) -> anyhow::Result<String> {
+    let names: Vec<String> = (0..nodes).map(node_name).collect();
+    Ok(serde_json::to_string(&names)?)
+}
+
+/// The ExtenderArgs kube-scheduler sends for `pod` (nodeCacheCapable: names only).
+pub(crate) fn filter_body(pod: &Value, names_json: &str) -> Bytes {
+    Bytes::from(format!(
+        "{{\"Pod\":{pod},\"Nodes\":null,\"NodeNames\":{names_json}}}"
+    ))
+}
+
+/// A keep-alive HTTP/1 connection to `127.0.0.1:port` (Nagle off).
+pub(crate) async fn keep_alive(port: u16) -> anyhow::Result<SendRequest<Full<Bytes>>> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(conn);
+    Ok(sender)
+}
+
+/// Sends `req` once the connection is ready; the status and the whole body.
+pub(crate) async fn round_trip(
+    sender: &mut SendRequest<Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> anyhow::Result<(hyper::StatusCode, Bytes)> {
+    sender.ready().await?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status();
+    Ok((status, resp.into_body().collect().await?.to_bytes()))
+}
+
+/// GET /healthz calls timed before the filters: the HTTP round trip alone.
+const HEALTHZ_CALLS: usize = 500;
+
+/// Times `n` GETs of `path` over one keep-alive connection, sorted.
+async fn time_gets(port: u16, path: &'static str, n: usize) -> anyhow::Result<Vec<Duration>> {
+    let mut sender = keep_alive(port).await?;
+    let mut took = Vec::with_capacity(n);
+    for _ in 0..n {
+        let req = Request::get(path)
+            .header(hyper::header::HOST, "localhost")
+            .body(Full::new(Bytes::new()))?;
+        let t = Instant::now();
+        round_trip(&mut sender, req).await?;
+        took.push(t.elapsed());
+    }
+    took.sort();
+    Ok(took)
+}
+
+/// User and system CPU time of process `pid` so far, in seconds.
+pub(crate) fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // Fields after the command name (which may hold spaces), from field 3 on.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .with_context(|| format!("unreadable /proc/{pid}/stat"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 (indices 11 and 12 here), in clock ticks.
+    Ok((ticks(11) + ticks(12)) / CLOCK_TICKS)
+}
+
+/// `sysconf(_SC_CLK_TCK)` on Linux.
+const CLOCK_TICKS: f64 = 100.0;
 
 /// Sends each body to /filter over one keep-alive connection; latencies after `warmup`,
 /// sorted.
@@ -312,25 +339,66 @@ async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Du
         let req = Request::get("/metrics")
             .header(hyper::header::HOST, "localhost")
             .body(Full::new(Bytes::new()))?;
-        sender.ready().await?;
         let t = Instant::now();
-        let body = sender
-            .send_request(req)
-            .await?
-            .into_body()
-            .collect()
-            .await?
-            .to_bytes();
+        sender.ready().await?;
+        let mut body = sender.send_request(req).await?.into_body();
+        // Counted and dropped as it arrives: a Prometheus server parses the page on a
+        // machine of its own, so the bench keeps the client's share of the shared cores
+        // small (`docs/extender.md#measured`).
+        let mut len = 0;
+        while let Some(frame) = body.frame().await {
+            len += frame?.data_ref().map_or(0, Bytes::len);
+        }
         took.push(t.elapsed());
-        bytes = body.len();
+        bytes = len;
     }
     took.sort();
     Ok((took, bytes))
 }
 
+/// Blocks of timed /filter calls, alone and with /metrics scraped in a loop, in turn.
+const SCRAPED_ROUNDS: usize = 4;
+
+/// /filter timed alone and while /metrics is scraped, in [`SCRAPED_ROUNDS`] alternating
+/// blocks after `warmup` untimed calls, so a change in the machine's load during the
+/// run weighs on both alike: the latencies alone (sorted), and the latencies scraped
+/// (sorted), the scrape durations (sorted) and the size of the last page.
+async fn alone_and_scraped(
+    http: u16,
+    admin: u16,
+    mut bodies: Vec<Bytes>,
+    warmup: usize,
+) -> anyhow::Result<(Vec<Duration>, (Vec<Duration>, Vec<Duration>, usize))> {
+    let timed = bodies.split_off(warmup.min(bodies.len()));
+    on_own_thread(move || time_filters(http, bodies, warmup)).await?;
+    let block = timed.len().div_ceil(2 * SCRAPED_ROUNDS).max(1);
+    let (mut alone, mut with, mut scrapes, mut page_bytes) = (vec![], vec![], vec![], 0);
+    for (i, chunk) in timed.chunks(block).enumerate() {
+        let chunk = chunk.to_vec();
+        if i % 2 == 0 {
+            alone.extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
+            continue;
+        }
+        let stop_scraping = Arc::new(AtomicBool::new(false));
+        let flag = stop_scraping.clone();
+        let scraper = tokio::spawn(on_own_thread(move || scrape_loop(admin, flag)));
+        // Let the first scrape start before the timed calls.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        with.extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
+        stop_scraping.store(true, Ordering::Release);
+        let (took, bytes) = scraper.await??;
+        scrapes.extend(took);
+        page_bytes = bytes;
+    }
+    alone.sort();
+    with.sort();
+    scrapes.sort();
+    Ok((alone, (with, scrapes, page_bytes)))
+}
+
 /// Runs `f` on a thread and runtime of its own, so its timing does not share a runtime
 /// with the emulator (the extender's writes and watches land in this process).
-async fn on_own_thread<T: Send + 'static, F>(
+pub(crate) async fn on_own_thread<T: Send + 'static, F>(
     f: impl FnOnce() -> F + Send + 'static,
 ) -> anyhow::Result<T>
 where
@@ -346,7 +414,7 @@ where
 }
 
 /// Mean of a histogram on the admin port's /metrics, in µs.
-async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
+pub(crate) async fn scrape_mean_us(port: u16, name: &str) -> Option<f64> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.ok()?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -385,8 +453,42 @@ pub(crate) fn percentile(sorted: &[Duration], p: f64) -> f64 {
     sorted[idx.min(sorted.len() - 1)].as_secs_f64() * 1e6
 }
 
-/// Runs one scenario; the line of results.
-pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
+/// The emulator filled with a scenario's cluster and the benchmarked binary synced
+/// against it.
+pub(crate) struct Started {
+    pub server: ApiServer,
+    pub child: tokio::process::Child,
+    pub pid: u32,
+    /// The extender's /filter and /bind port, and its admin port.
+    pub http: u16,
+    pub admin: u16,
+    dir: PathBuf,
+    /// The pending pods, as created (with their UIDs).
+    pub pending: Vec<Value>,
+    pub fill_secs: f64,
+    pub sync_secs: f64,
+    pub rss_synced: f64,
+    pub rss_anon_synced: f64,
+    pub rss_file_synced: f64,
+}
+
+impl Started {
+    /// Stops the binary and removes its files.
+    pub async fn stop(mut self) {
+        stop(&mut self.child, self.pid).await;
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Fills the emulator with the scenario's nodes and running pods (and `extra_nodes` more
+/// nodes no pending pod is offered), creates `pending` pending pods, starts the binary
+/// and waits until it is ready.
+pub(crate) async fn start(
+    s: &Scenario,
+    args: &BenchArgs,
+    extra_nodes: usize,
+    pending: usize,
+) -> anyhow::Result<Started> {
     let server = ApiServer::start_with(Options {
         history_limit: 2_000,
         ..Options::default()
@@ -394,24 +496,23 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     .await?;
     let store = server.store();
     let fill = Instant::now();
-    for i in 0..s.nodes {
+    let cluster = s.cluster();
+    for i in 0..s.nodes + extra_nodes {
         store
-            .create(&NODES, None, node_object(i, s.gpus_per_node))
+            .create(&NODES, None, cluster.node(i))
             .map_err(|e| anyhow::anyhow!("creating node: {e:?}"))?;
     }
     for i in 0..s.pods {
         store
-            .create(&PODS, Some("default"), running_pod(i, s))
+            .create(&PODS, Some("default"), cluster.running_pod(i))
             .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
     }
-    let phases = if s.scraped { 2 } else { 1 };
-    let total = args.warmup + args.requests * phases;
-    let mut pending = Vec::with_capacity(total);
-    for i in 0..total {
+    let mut created = Vec::with_capacity(pending);
+    for i in 0..pending {
         let p = store
             .create(&PODS, Some("default"), pending_pod(i))
             .map_err(|e| anyhow::anyhow!("creating pod: {e:?}"))?;
-        pending.push(p);
+        created.push(p);
     }
     let fill_secs = fill.elapsed().as_secs_f64();
 
@@ -425,6 +526,8 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         &[
             format!("--http_bind=127.0.0.1:{http}"),
             format!("--metrics-bind-address=127.0.0.1:{admin}"),
+            format!("--node-scheduler-policy={}", s.policies.0),
+            format!("--gpu-scheduler-policy={}", s.policies.1),
         ],
         &kubeconfig,
     )?;
@@ -443,43 +546,84 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let sync_secs = started.elapsed().as_secs_f64();
-    let (rss_synced, _) = rss_mib(pid)?;
+    // Anonymous memory (the heap, stacks) apart from the binary's mapped pages.
+    let [rss_synced, rss_anon_synced, rss_file_synced] =
+        status_mib(pid, ["VmRSS:", "RssAnon:", "RssFile:"])?;
+    Ok(Started {
+        server,
+        child,
+        pid,
+        http,
+        admin,
+        dir,
+        pending: created,
+        fill_secs,
+        sync_secs,
+        rss_synced,
+        rss_anon_synced,
+        rss_file_synced,
+    })
+}
 
-    let names: Vec<String> = (0..s.nodes).map(node_name).collect();
-    let names_json = serde_json::to_string(&names)?;
+/// The line of results: the scenario's shape and policies, then `results`' fields.
+pub(crate) fn result_line(s: &Scenario, results: Value) -> Value {
+    let mut line = json!({
+        "scenario": s.name,
+        "node_policy": s.policies.0,
+        "gpu_policy": s.policies.1,
+        "nodes": s.nodes,
+        "gpus_per_node": s.gpus_per_node,
+        "pods": s.pods,
+    });
+    if let (Some(line), Value::Object(results)) = (line.as_object_mut(), results) {
+        line.extend(results);
+    }
+    line
+}
+
+/// Runs one scenario; the line of results.
+pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Value> {
+    if s.cycle {
+        return crate::bench_cycle::run(s, args).await;
+    }
+    let phases = if s.scraped { 2 } else { 1 };
+    let run = start(s, args, 0, args.warmup + args.requests * phases).await?;
+    let (http, admin, pid) = (run.http, run.admin, run.pid);
+    let pending = &run.pending;
+
+    let names_json = candidates_json(s.nodes)?;
     let bodies: Vec<Bytes> = pending
         .iter()
-        .map(|pod| {
-            Bytes::from(format!(
-                "{{\"Pod\":{pod},\"Nodes\":null,\"NodeNames\":{names_json}}}"
-            ))
-        })
+        .map(|pod| filter_body(pod, &names_json))
         .collect();
     let warmup = args.warmup;
-    let mut bodies = bodies;
-    // The last `requests` pods are filtered while /metrics is scraped.
-    let scraped_bodies = if s.scraped {
-        bodies.split_off(bodies.len() - args.requests)
+    let healthz = on_own_thread(move || time_gets(http, "/healthz", HEALTHZ_CALLS)).await?;
+    let cpu_before = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
+    let (latencies, scraped) = if s.scraped {
+        let (alone, with) = alone_and_scraped(http, admin, bodies, warmup).await?;
+        (alone, Some(with))
     } else {
-        Vec::new()
+        (
+            on_own_thread(move || time_filters(http, bodies, warmup)).await?,
+            None,
+        )
     };
-    let latencies = on_own_thread(move || time_filters(http, bodies, warmup)).await?;
-    let mut scraped = None;
-    if s.scraped {
-        let stop_scraping = Arc::new(AtomicBool::new(false));
-        let flag = stop_scraping.clone();
-        let scraper = tokio::spawn(on_own_thread(move || scrape_loop(admin, flag)));
-        // Let the first scrapes start before the timed calls.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let with = on_own_thread(move || time_filters(http, scraped_bodies, 0)).await?;
-        stop_scraping.store(true, Ordering::Release);
-        let (scrapes, page_bytes) = scraper.await??;
-        scraped = Some((with, scrapes, page_bytes));
-    }
-    let (rss, hwm) = rss_mib(pid)?;
+    let cpu_after = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
+    // CPU per /filter call (timed and warm-up alike), background writes and watch
+    // events included: the extender's, and the harness's (emulator and client); with
+    // `-scraped`, the scrapes' CPU too.
+    let per_call =
+        |i: usize| (cpu_after[i] - cpu_before[i]) / (warmup + args.requests * phases) as f64 * 1e6;
+    let [rss, hwm, rss_anon] = status_mib(pid, ["VmRSS:", "VmHWM:", "RssAnon:"])?;
+    // The allocator gives freed memory back to the system only after a delay (mimalloc:
+    // 1 s) and on its next call: the same process a moment later, idle but for its
+    // watches and housekeeping (`docs/extender.md#memory`).
+    tokio::time::sleep(SETTLE).await;
+    let [rss_settled] = status_mib(pid, ["VmRSS:"])?;
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
-    stop(&mut child, pid).await;
-    let _ = std::fs::remove_dir_all(&dir);
+    let (fill_secs, sync_secs, rss_synced) = (run.fill_secs, run.sync_secs, run.rss_synced);
+    let (rss_anon_synced, rss_file_synced) = (run.rss_anon_synced, run.rss_file_synced);
+    run.stop().await;
     let mean =
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
     let scrape_report = scraped.map(|(with, scrapes, page_bytes)| {
@@ -496,25 +640,29 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
             "scrape_bytes": page_bytes,
         })
     });
-    let mut line = json!({
-        "scenario": s.name,
-        "node_policy": s.policies.0,
-        "gpu_policy": s.policies.1,
-        "nodes": s.nodes,
-        "gpus_per_node": s.gpus_per_node,
-        "pods": s.pods,
-        "requests": latencies.len(),
-        "filter_p50_us": percentile(&latencies, 0.50).round(),
-        "filter_p99_us": percentile(&latencies, 0.99).round(),
-        "filter_mean_us": (mean * 1e6).round(),
-        "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
-        "server_filter_mean_us": server_mean_us.map(f64::round),
-        "rss_mib": (rss * 10.0).round() / 10.0,
-        "rss_peak_mib": (hwm * 10.0).round() / 10.0,
-        "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
-        "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
-        "fill_secs": (fill_secs * 100.0).round() / 100.0,
-    });
+    let mut line = result_line(
+        s,
+        json!({
+            "requests": latencies.len(),
+            "filter_p50_us": percentile(&latencies, 0.50).round(),
+            "filter_p99_us": percentile(&latencies, 0.99).round(),
+            "filter_mean_us": (mean * 1e6).round(),
+            "filter_max_us": latencies.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
+            "server_filter_mean_us": server_mean_us.map(f64::round),
+            "healthz_p50_us": percentile(&healthz, 0.50).round(),
+            "extender_cpu_us_per_filter": per_call(0).round(),
+            "harness_cpu_us_per_filter": per_call(1).round(),
+            "rss_mib": (rss * 10.0).round() / 10.0,
+            "rss_anon_mib": (rss_anon * 10.0).round() / 10.0,
+            "rss_settled_mib": (rss_settled * 10.0).round() / 10.0,
+            "rss_peak_mib": (hwm * 10.0).round() / 10.0,
+            "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
+            "rss_anon_after_sync_mib": (rss_anon_synced * 10.0).round() / 10.0,
+            "rss_file_after_sync_mib": (rss_file_synced * 10.0).round() / 10.0,
+            "cache_sync_secs": (sync_secs * 100.0).round() / 100.0,
+            "fill_secs": (fill_secs * 100.0).round() / 100.0,
+        }),
+    );
     if let (Some(extra), Some(obj)) = (scrape_report, line.as_object_mut())
         && let Some(extra) = extra.as_object()
     {

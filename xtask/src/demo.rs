@@ -7,6 +7,8 @@ use std::time::Instant;
 use anyhow::Context;
 use hami_e2e::quota::{self, QuotaOutcome};
 use hami_e2e::scenario::{self, Example, RunOutcome};
+use hami_e2e::spec::NodeVendor;
+use hami_e2e::vendor_examples::{self, VendorOutcome};
 use hami_e2e::{ClusterSpec, DemoCluster};
 use serde_json::{Value, json};
 
@@ -14,21 +16,28 @@ use serde_json::{Value, json};
 /// cluster keeps running after the report, its dashboard open, until Ctrl-C.
 pub async fn run(as_json: bool, ui: bool) -> anyhow::Result<bool> {
     let started = Instant::now();
-    let spec = ClusterSpec::demo();
+    let spec = ClusterSpec::demo_all_vendors();
     let cluster = DemoCluster::start(spec.clone())
         .await
         .context("starting the demo cluster")?;
     let ready = started.elapsed();
     let examples = scenario::demo_examples();
     let outcome = scenario::run(&cluster, &examples).await;
+    let vendors = vendor_examples::run(&cluster, &vendor_examples::vendor_examples()).await;
     let quota = quota::run(&cluster).await;
     let api = cluster.api().url();
     let extender = cluster.extender_addr();
-    let mut ok = outcome.ok() && quota.ok();
+    let mut ok = outcome.ok() && vendors.ok() && quota.ok();
     let mut problems: Vec<String> = outcome
         .problems
         .iter()
         .map(|(pod, p)| format!("{pod}: {p}"))
+        .chain(
+            vendors
+                .problems
+                .iter()
+                .map(|(pod, p)| format!("{pod}: {p}")),
+        )
         .chain(quota.problems.iter().map(|p| format!("resourcequota: {p}")))
         .collect();
     // With the UI the cluster stays up after the report; otherwise its shutdown is part
@@ -44,13 +53,15 @@ pub async fn run(as_json: bool, ui: bool) -> anyhow::Result<bool> {
     };
     let elapsed = started.elapsed();
     if as_json {
-        let doc = json_document(&spec, &examples, &outcome, &quota, &problems, ok, elapsed);
+        let mut doc = json_document(&spec, &examples, &outcome, &quota, &problems, ok, elapsed);
+        doc["vendor_pods"] = serde_json::to_value(&vendors.pods)?;
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         print!(
             "{}",
             text(
-                &spec, &examples, &outcome, &quota, &problems, ok, &api, extender, ready, elapsed
+                &spec, &examples, &outcome, &vendors, &quota, &problems, ok, &api, extender, ready,
+                elapsed
             )
         );
     }
@@ -115,6 +126,8 @@ fn json_document(
         .map(|n| {
             json!({
                 "name": n.name,
+                "vendor": format!("{:?}", n.vendor),
+                "devices": n.device_ids(),
                 "gpus": n.gpus.iter().enumerate().map(|(i, g)| json!({
                     "uuid": n.uuid(i), "model": g.model, "memory_mib": g.memory_mib, "numa": g.numa,
                 })).collect::<Vec<_>>(),
@@ -139,6 +152,7 @@ fn text(
     spec: &ClusterSpec,
     examples: &[Example],
     outcome: &RunOutcome,
+    vendors: &VendorOutcome,
     quota: &QuotaOutcome,
     problems: &[String],
     ok: bool,
@@ -151,7 +165,7 @@ fn text(
     let split = spec.devices.nvidia.device_split_count;
     let _ = writeln!(
         out,
-        "hami-rs demo: an emulated cluster running the real hami-webhook, hami-scheduler and hami-device-plugin-nvidia\n"
+        "hami-rs demo: an emulated cluster running the real hami-webhook, hami-scheduler and hami-device-plugin-nvidia, -amd and -dcu\n"
     );
     let _ = writeln!(
         out,
@@ -165,6 +179,10 @@ fn text(
     let _ = writeln!(
         out,
         "  nodes                 kubelet emulator + hami-device-plugin-nvidia (fake GPUs, split {split}) + node agent + fake workload + hami-vgpu-monitor each"
+    );
+    let _ = writeln!(
+        out,
+        "                        AMD and DCU nodes: kubelet emulator + hami-device-plugin-amd / -dcu on a fake sysfs/dev tree + node agent"
     );
     let _ = writeln!(out, "  ready in              {:.1}s\n", ready.as_secs_f64());
     let _ = writeln!(out, "Nodes");
@@ -189,10 +207,25 @@ fn text(
                 format!("{count} x {m} ({mem} MiB)")
             })
             .collect();
+        match n.vendor {
+            NodeVendor::Amd { gpus } => {
+                let _ = writeln!(
+                    out,
+                    "  {:<10} {gpus} x AMD Instinct MI300X (fake tree)",
+                    n.name
+                );
+                continue;
+            }
+            NodeVendor::Dcu { cards } => {
+                let _ = writeln!(out, "  {:<10} {cards} x Hygon K100_AI (fake tree)", n.name);
+                continue;
+            }
+            NodeVendor::Nvidia => {}
+        }
         let numa: Vec<String> = n.gpus.iter().map(|g| g.numa.to_string()).collect();
         let _ = writeln!(
             out,
-            "  {:<9} {}, NUMA {}",
+            "  {:<10} {}, NUMA {}",
             n.name,
             what.join(", "),
             numa.join("/")
@@ -212,9 +245,19 @@ fn text(
             scenario::expected_state(e)
         );
     }
+    for (i, e) in vendor_examples::vendor_examples().iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  {:>2}. {:<15} {} (expected: Running)",
+            examples.len() + i + 1,
+            e.pod.name,
+            e.about
+        );
+    }
     let _ = writeln!(out);
     out.push_str(&outcome.report.render_text());
     out.push_str(&outcome.usage.render_text());
+    out.push_str(&vendors.render_text());
     out.push_str(&quota.render_text());
     let running = outcome
         .report
@@ -226,8 +269,9 @@ fn text(
     if ok {
         let _ = writeln!(
             out,
-            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended), and the namespace quota refused what it must; {:.1}s in all.",
+            "\nOK: all {} example pods behaved as expected ({running} running, {pending} pending as intended), the {} AMD and DCU pods got exactly what their annotations imply, and the namespace quota refused what it must; {:.1}s in all.",
             examples.len(),
+            vendors.pods.len(),
             elapsed.as_secs_f64()
         );
     } else {

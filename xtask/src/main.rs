@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: repository tasks that need more than a shell line.
 
 mod bench;
+mod bench_cycle;
 mod bench_monitor;
 mod demo;
 
@@ -102,8 +103,9 @@ enum Task {
     /// (filter_p99_scraped_us, filter_p99_delta_us, scrapes, scrape_p50_ms, scrape_bytes).
     Bench {
         /// Scenarios to run (50x8-1k, 100x16-5k, 5000x8-50k, 5000x8-50k-scraped with /metrics
-        /// scraped in a loop, and 100x16-5k-frag, 5000x8-50k-frag with node and GPU policy
-        /// frag); all when none given.
+        /// scraped in a loop, 100x16-5k-frag, 5000x8-50k-frag with node and GPU policy
+        /// frag, and 100x16-5k-cycle: whole scheduling cycles, filter, bind and the device
+        /// plugin's release, reporting pods_per_sec); all when none given.
         #[arg(long = "scenario")]
         scenarios: Vec<String>,
         /// Timed /filter calls per scenario.

@@ -26,6 +26,10 @@ use crate::resources::Resources;
 use crate::score::{Usage, node_score};
 use crate::vendor::{NodeView, VendorRegistry};
 
+pub mod changes;
+
+use changes::{Change, Journal};
+
 /// The devices one vendor registered on a node.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct VendorDevices {
@@ -537,6 +541,8 @@ pub struct Ledger {
     score_cache_capacity: Option<usize>,
     /// Per namespace, per vendor: what its pods hold, for ResourceQuota.
     namespaces: FxHashMap<Arc<str>, FxHashMap<Arc<str>, NamespaceUse>>,
+    /// Nodes and pods changed, for readers that keep a copy in step ([`Ledger::changes_since`]).
+    changes: Journal,
 }
 
 /// Removals between two sweeps of interned strings nobody uses any more (deleted nodes
@@ -569,11 +575,34 @@ impl Ledger {
             }
         }
         self.nodes.insert(name.to_string(), state);
+        self.node_changed(name);
     }
 
     /// Forgets a node. Its pods stay recorded and count again if it comes back.
     pub fn remove_node(&mut self, name: &str) -> bool {
-        self.nodes.remove(name).is_some()
+        let removed = self.nodes.remove(name).is_some();
+        if removed {
+            self.node_changed(name);
+        }
+        removed
+    }
+
+    fn node_changed(&mut self, name: &str) {
+        let name = self.intern(name);
+        self.changes.push(Change::Node(name));
+    }
+
+    /// The nodes and pods changed since `seq` (a value of [`Ledger::next_change`]), in
+    /// order, repeats included; `None` when the ledger no longer knows them all (too far
+    /// behind, or cleared): the reader must then copy every node and pod.
+    pub fn changes_since(&self, seq: u64) -> Option<&[Change]> {
+        self.changes.since(seq)
+    }
+
+    /// What a reader that has just copied the ledger passes to [`Ledger::changes_since`]
+    /// next time.
+    pub fn next_change(&self) -> u64 {
+        self.changes.next()
     }
 
     /// Records a pod's holding, replacing any earlier record for the same UID.
@@ -594,9 +623,13 @@ impl Ledger {
         record.charges.shrink_to_fit();
         let mut report = ApplyReport::default();
         match self.nodes.get_mut(&*record.node) {
-            Some(node) => report.unknown_devices = node.charge(&record.charges, true),
+            Some(node) => {
+                report.unknown_devices = node.charge(&record.charges, true);
+                self.changes.push(Change::Node(record.node.clone()));
+            }
             None => report.unknown_node = true,
         }
+        self.changes.push(Change::Pod(record.uid.clone()));
         self.pods_by_node
             .entry(record.node.clone())
             .or_default()
@@ -684,7 +717,9 @@ impl Ledger {
         }
         if let Some(node) = self.nodes.get_mut(&*rec.node) {
             node.charge(&rec.charges, false);
+            self.changes.push(Change::Node(rec.node.clone()));
         }
+        self.changes.push(Change::Pod(rec.uid.clone()));
         self.charge_namespace(&rec, false);
         if let Some(set) = self.pods_by_node.get_mut(&rec.node) {
             set.remove(uid);
@@ -754,8 +789,11 @@ impl Ledger {
 
     /// Drops everything (before a full relist) but its settings.
     pub fn clear(&mut self) {
+        let mut changes = std::mem::take(&mut self.changes);
+        changes.reset();
         *self = Ledger {
             score_cache_capacity: self.score_cache_capacity,
+            changes,
             ..Ledger::default()
         };
     }

@@ -20,6 +20,11 @@ fn placed_pod(name: &str, node: &str, allocated: &str) -> k8s_openapi::api::core
     )
 }
 
+/// The record of a pod that holds devices.
+fn record(pod: &k8s_openapi::api::core::v1::Pod) -> PodRecord {
+    PodRecord::from_pod(pod, &registry()).unwrap().unwrap()
+}
+
 #[test]
 fn records_come_from_allocated_annotations() {
     let p = placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;");
@@ -66,12 +71,7 @@ fn malformed_annotation_is_a_clear_error() {
 fn apply_is_idempotent_and_delete_releases() {
     let mut ledger = Ledger::new();
     add_node(&mut ledger, "n", 2, 1000);
-    let rec = PodRecord::from_pod(
-        &placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"),
-        &registry(),
-    )
-    .unwrap()
-    .unwrap();
+    let rec = record(&placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"));
     ledger.apply_pod(rec.clone());
     ledger.apply_pod(rec.clone());
     let u = ledger.usage("n").unwrap()[0][1];
@@ -189,4 +189,43 @@ fn node_resources_outlive_registrations() {
     ledger.set_node_allocatable("n", None);
     assert_eq!(ledger.node_resources("n"), NodeResources::default());
     assert_eq!(free(&ledger), None);
+}
+
+/// The change journal names every node and pod whose entry changed, so a reader in step
+/// (the scheduler's metrics) copies only those; after a clear it must copy everything.
+#[test]
+fn changes_name_what_changed_and_a_clear_asks_for_a_full_copy() {
+    use hami_core::ledger::changes::Change;
+    let mut ledger = Ledger::new();
+    let seq = ledger.next_change();
+    add_node(&mut ledger, "n", 2, 1000);
+    assert_eq!(
+        ledger.changes_since(seq),
+        Some(&[Change::Node("n".into())][..])
+    );
+    let seq = ledger.next_change();
+    let rec = record(&placed_pod("a", "n", "n-gpu-1,NVIDIA,300,20:;"));
+    ledger.apply_pod(rec.clone());
+    let applied = ledger.changes_since(seq).unwrap().to_vec();
+    assert_eq!(
+        applied,
+        [Change::Node("n".into()), Change::Pod("uid-a".into())]
+    );
+    // The same record again changes nothing.
+    let seq = ledger.next_change();
+    ledger.apply_pod(rec);
+    assert_eq!(ledger.changes_since(seq), Some(&[][..]));
+    ledger.remove_pod("uid-a");
+    assert_eq!(ledger.changes_since(seq).unwrap(), &applied[..]);
+    let seq = ledger.next_change();
+    assert!(ledger.remove_node("n"));
+    assert!(!ledger.remove_node("n"));
+    assert_eq!(
+        ledger.changes_since(seq),
+        Some(&[Change::Node("n".into())][..])
+    );
+    let seq = ledger.next_change();
+    ledger.clear();
+    assert_eq!(ledger.changes_since(seq), None);
+    assert_eq!(ledger.changes_since(ledger.next_change()), Some(&[][..]));
 }

@@ -21,6 +21,13 @@ pub struct FakeDcu {
     pub cu_count: u32,
 }
 
+impl FakeDcu {
+    /// The ID the plugin registers it under (`Dcu::id`: `DCU-<serial>`).
+    pub fn id(&self) -> String {
+        format!("DCU-{}", self.serial)
+    }
+}
+
 /// `n` K100_AI DCUs (120 CUs, 65 520 MiB as ROCm SMI reports them), NUMA 0 then 1,
 /// serials `SN0001`, `SN0002`, ….
 pub fn k100_ai(n: u32) -> Vec<FakeDcu> {

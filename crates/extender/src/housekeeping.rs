@@ -188,7 +188,8 @@ impl Registry {
         let mut verdicts = Vec::new();
         let mut writes = Vec::new();
         for (name, entry) in st.nodes() {
-            for (v, state) in self.registry.vendors().iter().zip(&entry.vendors) {
+            for (index, v) in self.registry.vendors().iter().enumerate() {
+                let state = entry.vendor(index);
                 let vendor = v.common_word();
                 if !entry.inventory.vendors.iter().any(|g| g.vendor == vendor) {
                     continue;

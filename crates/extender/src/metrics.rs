@@ -5,11 +5,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use hami_core::ledger::NodeInventory;
 use hami_core::quota::QuotaBook;
-use hami_core::score::Usage;
 use hami_core::sync::MutexExt;
 use prometheus_client::collector::Collector;
 use std::fmt::Write as _;
@@ -26,6 +24,7 @@ use prometheus_client::registry::Registry;
 
 use hami_k8s::quotas::QuotaCache;
 
+use crate::scrape_view::{NodeCopy, PodDeviceRow, ScrapeView};
 use crate::state::SchedState;
 
 const MIB: u64 = 1024 * 1024;
@@ -214,6 +213,7 @@ impl Metrics {
         registry.register_collector(Box::new(UsageCollector {
             state,
             quotas,
+            view: Mutex::default(),
             legacy,
         }));
         hami_server::build_info::register_build_info(registry);
@@ -259,11 +259,11 @@ impl Metrics {
 }
 
 /// One device's numbers, for the per-GPU families.
-struct DeviceRow {
-    node: Arc<str>,
-    uuid: String,
-    index: String,
-    dev_type: String,
+struct DeviceRow<'a> {
+    node: &'a str,
+    uuid: &'a str,
+    index: u32,
+    dev_type: &'a str,
     totalmem: u64,
     totalcore: u64,
     usedmem: u64,
@@ -281,19 +281,19 @@ struct NodeTotals<'a> {
 }
 
 impl<'a> NodeTotals<'a> {
-    /// Per-node sums of `rows` (grouped by node, as [`Snapshot::device_rows`] yields them).
-    fn of(rows: &'a [DeviceRow]) -> Vec<Self> {
+    /// Per-node sums of `rows` (grouped by node, as [`device_rows`] yields them).
+    fn of(rows: &[DeviceRow<'a>]) -> Vec<Self> {
         let mut totals: Vec<NodeTotals<'a>> = Vec::new();
         for r in rows {
             match totals.last_mut() {
-                Some(t) if t.node == &*r.node => {
+                Some(t) if t.node == r.node => {
                     t.gpus += 1;
                     t.totalmem += r.totalmem;
                     t.usedmem += r.usedmem;
                     t.used += r.used;
                 }
                 _ => totals.push(NodeTotals {
-                    node: &r.node,
+                    node: r.node,
                     gpus: 1,
                     totalmem: r.totalmem,
                     usedmem: r.usedmem,
@@ -305,25 +305,6 @@ impl<'a> NodeTotals<'a> {
     }
 }
 
-/// A node as a scrape copies it: its (shared) inventory and a copy of its usage.
-struct NodeCopy {
-    name: Arc<str>,
-    inventory: Arc<NodeInventory>,
-    usage: Vec<Vec<Usage>>,
-    /// Per vendor group: whether its cores are percent of a card (else compute units).
-    cores_in_percent: Vec<bool>,
-}
-
-/// What one pod holds on one device (its collapsed usage, as HAMi reports it).
-struct PodDeviceRow {
-    namespace: Arc<str>,
-    pod: Arc<str>,
-    node: Arc<str>,
-    uuid: Arc<str>,
-    mem: u64,
-    cores: u64,
-}
-
 /// A namespace's use of one quota resource, with its limit when one is set.
 struct QuotaRow {
     namespace: String,
@@ -332,93 +313,39 @@ struct QuotaRow {
     limit: Option<u64>,
 }
 
-/// What a scrape reads, copied out of the state in two short lock holds (nodes, then
-/// pods and quotas), cheap copies only (shared strings and inventories): every string
-/// is built and every line formatted with no lock held, so a scrape never holds up a
-/// /filter for long (`docs/extender.md#metrics`).
-struct Snapshot {
-    nodes: Vec<NodeCopy>,
-    pods: Vec<PodDeviceRow>,
-    quotas: Vec<QuotaRow>,
-}
-
-impl Snapshot {
-    fn take(state: &Mutex<SchedState>, quotas: &QuotaCache) -> Self {
-        let mut nodes: Vec<NodeCopy> = {
-            let st = state.lock_unpoisoned();
-            st.ledger()
-                .nodes_unordered()
-                .map(|n| NodeCopy {
-                    name: n.name().into(),
-                    inventory: n.shared_inventory().clone(),
-                    usage: n.groups().map(|(_, u)| u.to_vec()).collect(),
-                    cores_in_percent: n
-                        .groups()
-                        .map(|(vd, _)| {
-                            st.registry()
-                                .get(&vd.vendor)
-                                .is_none_or(|v| v.cores_in_percent())
-                        })
-                        .collect(),
-                })
-                .collect()
-        };
-        nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        let st = state.lock_unpoisoned();
-        let ledger = st.ledger();
-        let mut pods = Vec::with_capacity(ledger.pod_count());
-        for rec in ledger.pods() {
-            for c in &rec.charges {
-                pods.push(PodDeviceRow {
-                    namespace: rec.namespace.clone(),
-                    pod: rec.name.clone(),
-                    node: rec.node.clone(),
-                    uuid: c.uuid.clone(),
-                    mem: c.mem,
-                    cores: c.cores,
+/// The per-GPU rows of `nodes` (by node name, each node's devices in inventory order).
+fn device_rows<'a>(nodes: &[&'a NodeCopy]) -> Vec<DeviceRow<'a>> {
+    let mut rows = Vec::with_capacity(
+        nodes
+            .iter()
+            .map(|n| n.usage.iter().map(Vec::len).sum::<usize>())
+            .sum(),
+    );
+    for node in nodes {
+        let groups = node.inventory.vendors.iter().zip(&node.usage);
+        for ((vd, usage), &percent) in groups.zip(&node.cores_in_percent) {
+            // Vendors counting compute units (AMD) are shown in percent, as HAMi
+            // does: the card is 100, the units taken rounded up.
+            for (d, u) in vd.devices.iter().zip(usage) {
+                let (totalcore, usedcores) = match (percent, u64::from(d.cores)) {
+                    (false, total) if total > 0 => (100, (u.cores_used * 100).div_ceil(total)),
+                    (_, total) => (total, u.cores_used),
+                };
+                rows.push(DeviceRow {
+                    node: &node.name,
+                    uuid: &d.id,
+                    index: d.index,
+                    dev_type: &d.dev_type,
+                    totalmem: u64::from(d.mem_mib),
+                    totalcore,
+                    usedmem: u.mem_used,
+                    usedcores,
+                    used: u64::from(u.used),
                 });
             }
         }
-        let quotas = quota_rows(&st, &quotas.read());
-        drop(st);
-        pods.sort_unstable_by(|a, b| {
-            (&a.namespace, &a.pod, &a.uuid).cmp(&(&b.namespace, &b.pod, &b.uuid))
-        });
-        Snapshot {
-            nodes,
-            pods,
-            quotas,
-        }
     }
-
-    fn device_rows(&self) -> Vec<DeviceRow> {
-        let mut rows = Vec::new();
-        for node in &self.nodes {
-            let groups = node.inventory.vendors.iter().zip(&node.usage);
-            for ((vd, usage), &percent) in groups.zip(&node.cores_in_percent) {
-                // Vendors counting compute units (AMD) are shown in percent, as HAMi
-                // does: the card is 100, the units taken rounded up.
-                for (d, u) in vd.devices.iter().zip(usage) {
-                    let (totalcore, usedcores) = match (percent, u64::from(d.cores)) {
-                        (false, total) if total > 0 => (100, (u.cores_used * 100).div_ceil(total)),
-                        (_, total) => (total, u.cores_used),
-                    };
-                    rows.push(DeviceRow {
-                        node: node.name.clone(),
-                        uuid: d.id.clone(),
-                        index: d.index.to_string(),
-                        dev_type: d.dev_type.clone(),
-                        totalmem: u64::from(d.mem_mib),
-                        totalcore,
-                        usedmem: u.mem_used,
-                        usedcores,
-                        used: u64::from(u.used),
-                    });
-                }
-            }
-        }
-        rows
-    }
+    rows
 }
 
 /// HAMi's quota entries: every resource a namespace's pods use (memory and cores of
@@ -459,115 +386,134 @@ fn quota_rows(st: &SchedState, book: &QuotaBook) -> Vec<QuotaRow> {
 struct UsageCollector {
     state: Arc<Mutex<SchedState>>,
     quotas: QuotaCache,
+    /// The nodes and pods as of the last scrape; held for a whole scrape (concurrent
+    /// scrapes take turns).
+    view: Mutex<ScrapeView>,
     /// Also HAMi's pre-2.8 names (`--legacy-metrics`).
     legacy: bool,
 }
 
-type Labels<'a> = Vec<(&'static str, &'a str)>;
+/// A label value: text, or a number (written as prometheus-client writes integers), so
+/// no row needs a string of its own.
+#[derive(Debug, Clone, Copy)]
+enum Value<'a> {
+    Text(&'a str),
+    Number(u64),
+}
 
-const ZONE: (&str, &str) = ("zone", "vGPU");
+impl EncodeLabelValue for Value<'_> {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        match self {
+            Value::Text(s) => encoder.write_str(s),
+            Value::Number(n) => n.encode(encoder),
+        }
+    }
+}
+
+type Labels<'a, const N: usize> = [(&'static str, Value<'a>); N];
+
+const ZONE: (&str, Value<'_>) = ("zone", Value::Text("vGPU"));
 
 /// HAMi's per-device labels.
-fn device(r: &DeviceRow) -> Labels<'_> {
-    vec![
+fn device<'a>(r: &DeviceRow<'a>) -> Labels<'a, 5> {
+    [
         ZONE,
-        ("node", &r.node),
-        ("device_uuid", r.uuid.as_str()),
-        ("device_index", r.index.as_str()),
-        ("device_type", r.dev_type.as_str()),
-    ]
-}
-
-/// HAMi's per-container labels (collapsed usage: the container index is always 0).
-fn pod_labels(r: &PodDeviceRow) -> Labels<'_> {
-    vec![
-        ZONE,
-        ("namespace", &r.namespace),
-        ("node", &r.node),
-        ("pod", &r.pod),
-        ("container_index", "0"),
-        ("device_uuid", &r.uuid),
-    ]
-}
-
-/// HAMi's legacy per-container labels.
-fn legacy_pod_labels(r: &PodDeviceRow) -> Labels<'_> {
-    vec![
-        ZONE,
-        ("podnamespace", &r.namespace),
-        ("nodename", &r.node),
-        ("podname", &r.pod),
-        ("containeridx", "0"),
-        ("deviceuuid", &r.uuid),
+        ("node", Value::Text(r.node)),
+        ("device_uuid", Value::Text(r.uuid)),
+        ("device_index", Value::Number(u64::from(r.index))),
+        ("device_type", Value::Text(r.dev_type)),
     ]
 }
 
 /// HAMi's legacy per-device labels.
-fn legacy_device(r: &DeviceRow) -> Labels<'_> {
-    vec![
+fn legacy_device<'a>(r: &DeviceRow<'a>) -> Labels<'a, 5> {
+    [
         ZONE,
-        ("nodeid", &r.node),
-        ("deviceuuid", r.uuid.as_str()),
-        ("deviceidx", r.index.as_str()),
-        ("devicetype", r.dev_type.as_str()),
+        ("nodeid", Value::Text(r.node)),
+        ("deviceuuid", Value::Text(r.uuid)),
+        ("deviceidx", Value::Number(u64::from(r.index))),
+        ("devicetype", Value::Text(r.dev_type)),
     ]
 }
 
-fn gauge_family<'r, R, T: prometheus_client::encoding::EncodeGaugeValue + Copy>(
+/// HAMi's per-container labels (collapsed usage: the container index is always 0).
+fn pod_labels<'a>(r: &PodDeviceRow<'a>) -> Labels<'a, 6> {
+    [
+        ZONE,
+        ("namespace", Value::Text(r.namespace)),
+        ("node", Value::Text(r.node)),
+        ("pod", Value::Text(r.pod)),
+        ("container_index", Value::Number(0)),
+        ("device_uuid", Value::Text(r.uuid)),
+    ]
+}
+
+/// HAMi's legacy per-container labels.
+fn legacy_pod_labels<'a>(r: &PodDeviceRow<'a>) -> Labels<'a, 6> {
+    [
+        ZONE,
+        ("podnamespace", Value::Text(r.namespace)),
+        ("nodename", Value::Text(r.node)),
+        ("podname", Value::Text(r.pod)),
+        ("containeridx", Value::Number(0)),
+        ("deviceuuid", Value::Text(r.uuid)),
+    ]
+}
+
+fn gauge_family<'r, R, L, T>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
     rows: &'r [R],
-    labels: impl Fn(&'r R) -> Labels<'r>,
+    labels: impl Fn(&'r R) -> L,
     value: impl Fn(&R) -> Option<T>,
 ) -> Result<(), std::fmt::Error>
 where
+    L: EncodeLabelSet,
+    T: prometheus_client::encoding::EncodeGaugeValue + Copy,
     ConstGauge<T>: EncodeMetric,
 {
     let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for r in rows {
         if let Some(v) = value(r) {
-            let l = labels(r);
-            ConstGauge::new(v).encode(metric.encode_family(&l)?)?;
+            ConstGauge::new(v).encode(metric.encode_family(&labels(r))?)?;
         }
     }
     Ok(())
 }
 
-/// A label whose value is formatted from each device row.
-type RowLabel = (&'static str, fn(&DeviceRow) -> String);
+/// A label whose value is a number taken from each device row.
+type RowLabel = (&'static str, fn(&DeviceRow<'_>) -> u64);
 
-/// A family over device rows whose labels include a per-row formatted value.
+/// A family over device rows whose labels end with per-row numbers.
 #[allow(clippy::too_many_arguments)]
-fn device_family_with(
+fn device_family_with<const M: usize>(
     encoder: &mut DescriptorEncoder,
     name: &str,
     help: &str,
-    rows: &[DeviceRow],
-    base: fn(&DeviceRow) -> Labels<'_>,
-    extra: &[RowLabel],
-    value: fn(&DeviceRow) -> u64,
+    rows: &[DeviceRow<'_>],
+    base: for<'a> fn(&DeviceRow<'a>) -> Labels<'a, 5>,
+    extra: [RowLabel; M],
+    value: fn(&DeviceRow<'_>) -> u64,
 ) -> Result<(), std::fmt::Error> {
-    let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-    for r in rows {
-        let values: Vec<String> = extra.iter().map(|(_, f)| f(r)).collect();
-        let mut l = base(r);
-        for ((k, _), v) in extra.iter().zip(&values) {
-            l.push((k, v.as_str()));
-        }
-        ConstGauge::new(value(r)).encode(metric.encode_family(&l)?)?;
-    }
-    Ok(())
+    gauge_family(
+        encoder,
+        name,
+        help,
+        rows,
+        |r| (base(r), extra.map(|(k, f)| (k, Value::Number(f(r))))),
+        |r| Some(value(r)),
+    )
 }
 
 impl UsageCollector {
     fn encode_devices(
         &self,
         encoder: &mut DescriptorEncoder,
-        rows: &[DeviceRow],
+        rows: &[DeviceRow<'_>],
     ) -> Result<(), std::fmt::Error> {
-        let used_cores: fn(&DeviceRow) -> String = |r| r.usedcores.to_string();
-        let total_mem: fn(&DeviceRow) -> String = |r| r.totalmem.to_string();
+        let used_cores: fn(&DeviceRow<'_>) -> u64 = |r| r.usedcores;
+        let total_mem: fn(&DeviceRow<'_>) -> u64 = |r| r.totalmem;
         gauge_family(
             encoder,
             "hami_gpu_memory_limit_bytes",
@@ -590,7 +536,7 @@ impl UsageCollector {
             "Device memory allocated to pods on each GPU, in bytes",
             rows,
             device,
-            &[("device_cores", used_cores)],
+            [("device_cores", used_cores)],
             |r| r.usedmem * MIB,
         )?;
         gauge_family(
@@ -615,7 +561,7 @@ impl UsageCollector {
             "GPU overview on a certain node: memory allocated, in bytes, with the cores allocated and the memory limit (MiB) as labels",
             rows,
             device,
-            &[
+            [
                 ("device_cores", used_cores),
                 ("device_memory_limit", total_mem),
             ],
@@ -654,7 +600,7 @@ impl UsageCollector {
             "Device memory allocated for a certain GPU",
             rows,
             legacy_device,
-            &[("devicecores", used_cores)],
+            [("devicecores", used_cores)],
             |r| r.usedmem * MIB,
         )?;
         gauge_family(
@@ -679,7 +625,7 @@ impl UsageCollector {
             "GPU overview on a certain node",
             rows,
             legacy_device,
-            &[
+            [
                 ("devicecores", used_cores),
                 ("devicememorylimit", total_mem),
             ],
@@ -691,11 +637,11 @@ impl UsageCollector {
             "GPU Memory Allocated Percentage on a certain GPU",
             rows,
             |r| {
-                vec![
+                [
                     ZONE,
-                    ("nodeid", &r.node),
-                    ("deviceuuid", r.uuid.as_str()),
-                    ("deviceidx", r.index.as_str()),
+                    ("nodeid", Value::Text(r.node)),
+                    ("deviceuuid", Value::Text(r.uuid)),
+                    ("deviceidx", Value::Number(u64::from(r.index))),
                 ]
             },
             |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
@@ -707,7 +653,7 @@ impl UsageCollector {
     fn encode_pods(
         &self,
         encoder: &mut DescriptorEncoder,
-        pods: &[PodDeviceRow],
+        pods: &[PodDeviceRow<'_>],
     ) -> Result<(), std::fmt::Error> {
         gauge_family(
             encoder,
@@ -753,58 +699,51 @@ impl UsageCollector {
         encoder: &mut DescriptorEncoder,
         quotas: &[QuotaRow],
     ) -> Result<(), std::fmt::Error> {
-        let limits: Vec<String> = quotas
-            .iter()
-            .map(|q| q.limit.unwrap_or(0).to_string())
-            .collect();
-        let rows: Vec<(&QuotaRow, &str)> = quotas
-            .iter()
-            .zip(limits.iter().map(String::as_str))
-            .collect();
+        let limit = |q: &QuotaRow| Value::Number(q.limit.unwrap_or(0));
         gauge_family(
             encoder,
             "hami_resource_quota_used",
             "resourcequota usage for a certain device",
-            &rows,
-            |(q, limit)| {
-                vec![
+            quotas,
+            |q| {
+                [
                     ZONE,
-                    ("namespace", q.namespace.as_str()),
-                    ("quota_name", q.resource.as_str()),
-                    ("limit", limit),
+                    ("namespace", Value::Text(&q.namespace)),
+                    ("quota_name", Value::Text(&q.resource)),
+                    ("limit", limit(q)),
                 ]
             },
-            |(q, _)| Some(q.used),
+            |q| Some(q.used),
         )?;
         gauge_family(
             encoder,
             "hami_resource_quota_limit",
             "resourcequota limit for a certain device",
-            &rows,
-            |(q, _)| {
-                vec![
+            quotas,
+            |q| {
+                [
                     ZONE,
-                    ("namespace", q.namespace.as_str()),
-                    ("quota_name", q.resource.as_str()),
+                    ("namespace", Value::Text(&q.namespace)),
+                    ("quota_name", Value::Text(&q.resource)),
                 ]
             },
-            |(q, _)| q.limit,
+            |q| q.limit,
         )?;
         if self.legacy {
             gauge_family(
                 encoder,
                 "QuotaUsed",
                 "resourcequota usage for a certain device",
-                &rows,
-                |(q, limit)| {
-                    vec![
+                quotas,
+                |q| {
+                    [
                         ZONE,
-                        ("quotanamespace", q.namespace.as_str()),
-                        ("quotaName", q.resource.as_str()),
-                        ("limit", limit),
+                        ("quotanamespace", Value::Text(&q.namespace)),
+                        ("quotaName", Value::Text(&q.resource)),
+                        ("limit", limit(q)),
                     ]
                 },
-                |(q, _)| Some(q.used),
+                |q| Some(q.used),
             )?;
         }
         Ok(())
@@ -813,11 +752,25 @@ impl UsageCollector {
 
 impl Collector for UsageCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snap = Snapshot::take(&self.state, &self.quotas);
-        let rows = snap.device_rows();
+        let started = Instant::now();
+        let mut view = self.view.lock_unpoisoned();
+        // The only hold of the state lock: what changed since the last scrape, the quota
+        // use (a few rows per namespace) and the number of unbound holders.
+        let (refreshed, quotas, held) = {
+            let st = self.state.lock_unpoisoned();
+            let refreshed = view.refresh(&st);
+            let quotas = quota_rows(&st, &self.quotas.read());
+            (refreshed, quotas, st.unbound_holders() as u64)
+        };
+        // Not before: at the lowest priority, the copy above would keep the state lock
+        // (and every /filter waiting for it) for as long as it waits for CPU.
+        hami_server::admin::lower_encoding_priority();
+        let nodes = view.nodes();
+        let rows = device_rows(&nodes);
+        let pods = view.pod_rows();
         self.encode_devices(&mut encoder, &rows)?;
-        self.encode_pods(&mut encoder, &snap.pods)?;
-        self.encode_quotas(&mut encoder, &snap.quotas)?;
+        self.encode_pods(&mut encoder, &pods)?;
+        self.encode_quotas(&mut encoder, &quotas)?;
 
         let totals = NodeTotals::of(&rows);
         type Pick = fn(&NodeTotals<'_>) -> u64;
@@ -849,13 +802,20 @@ impl Collector for UsageCollector {
                 ConstGauge::new(pick(t)).encode(metric.encode_family(&[("node", t.node)])?)?;
             }
         }
-        let held = self.state.lock_unpoisoned().unbound_holders() as u64;
         ConstGauge::new(held).encode(encoder.encode_descriptor(
             "hami_scheduler_reservations",
             "Pods holding GPUs while unbound (a /filter decision awaiting its bind, or annotations not yet expired)",
             None,
             MetricType::Gauge,
         )?)?;
+        tracing::debug!(
+            changes = ?refreshed.changes,
+            lock_held_us = refreshed.took.as_micros() as u64,
+            nodes = nodes.len(),
+            pod_rows = pods.len(),
+            took_ms = started.elapsed().as_millis() as u64,
+            "metrics scraped (changes: none = every node and pod copied)"
+        );
         Ok(())
     }
 }

@@ -32,16 +32,7 @@ async fn concurrent_filters_and_binds_never_overcommit() {
         node_lock_wait: Duration::from_secs(3),
         ..Knobs::default()
     };
-    let nodes: Vec<(String, Vec<_>)> = (0..8)
-        .map(|i| {
-            let n = format!("n{i}");
-            let g = gpus(&n, 4, MEM);
-            (n, g)
-        })
-        .collect();
-    let node_refs: Vec<(&str, Vec<_>)> =
-        nodes.iter().map(|(n, g)| (n.as_str(), g.clone())).collect();
-    let c = Arc::new(Cluster::start(&node_refs, knobs).await);
+    let (nodes, c) = cluster(8, 4, knobs).await;
 
     let shapes = [
         json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000", "nvidia.com/gpucores": "10"}),
@@ -150,10 +141,25 @@ async fn concurrent_filters_and_binds_never_overcommit() {
             "{uuid}: exclusive card shared by {slots}"
         );
     }
-    for (n, _) in &nodes {
+    for n in &nodes {
         assert_eq!(c.node_lock(n).await, None, "lock left on {n}");
     }
     println!("outcomes: {outcomes:?}");
+}
+
+/// `nodes` nodes `n0`, `n1`, … with `gpus_each` GPUs of [`MEM`] MiB; their names and the cluster.
+async fn cluster(nodes: usize, gpus_each: u32, knobs: Knobs) -> (Vec<String>, Arc<Cluster>) {
+    let nodes: Vec<(String, Vec<_>)> = (0..nodes)
+        .map(|i| {
+            let n = format!("n{i}");
+            let g = gpus(&n, gpus_each, MEM);
+            (n, g)
+        })
+        .collect();
+    let node_refs: Vec<(&str, Vec<_>)> =
+        nodes.iter().map(|(n, g)| (n.as_str(), g.clone())).collect();
+    let c = Arc::new(Cluster::start(&node_refs, knobs).await);
+    (nodes.into_iter().map(|(n, _)| n).collect(), c)
 }
 
 /// Filter, then (sometimes delete the pod, as a user would) bind; retry on errors like
@@ -255,4 +261,123 @@ async fn bound_usage(c: &Cluster) -> Usage {
         }
     }
     u
+}
+
+/// `pod → device → MiB` of the per-pod series, and `device → MiB` of the per-GPU one.
+type ScrapedMem = (BTreeMap<(String, String), u64>, BTreeMap<String, u64>);
+
+fn label<'a>(line: &'a str, key: &str) -> &'a str {
+    line.split(&format!("{key}=\""))
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap_or_else(|| panic!("no {key} in {line}"))
+}
+
+fn mib(line: &str) -> u64 {
+    line.rsplit(' ').next().unwrap().parse::<u64>().unwrap() / (1024 * 1024)
+}
+
+fn scraped_mem(page: &str) -> ScrapedMem {
+    let (mut pods, mut devices) = (BTreeMap::new(), BTreeMap::new());
+    for line in page.lines() {
+        if line.starts_with("hami_vgpu_memory_allocated_bytes{") {
+            let key = (
+                label(line, "pod").to_string(),
+                label(line, "device_uuid").to_string(),
+            );
+            assert!(pods.insert(key, mib(line)).is_none(), "twice: {line}");
+        } else if line.starts_with("hami_gpu_memory_allocated_bytes{") {
+            devices.insert(label(line, "device_uuid").to_string(), mib(line));
+        }
+    }
+    (pods, devices)
+}
+
+/// A scrape reads the nodes and pods as one snapshot, also while /filter reserves
+/// devices: every page's per-GPU memory is the sum of its per-pod rows. Pods placed
+/// after a scrape are in the next one, deleted ones leave it
+/// (`docs/extender.md#metrics`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn scrapes_during_filters_are_consistent_snapshots() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (_, c) = cluster(4, 2, Knobs::default()).await;
+    let shape = json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "1000"});
+    const N: usize = 40;
+    for i in 0..N {
+        c.create(&gpu_pod(
+            &format!("s{i:02}"),
+            std::slice::from_ref(&shape),
+            json!({}),
+        ))
+        .await;
+    }
+    let before = scraped_mem(&c.metrics().await);
+    assert!(before.0.is_empty(), "{before:?}");
+
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scraper = {
+        let (c, done) = (c.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut pages = 0;
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let (pods, devices) = scraped_mem(&c.metrics().await);
+                let mut summed: BTreeMap<String, u64> = BTreeMap::new();
+                for ((_, uuid), mem) in &pods {
+                    *summed.entry(uuid.clone()).or_default() += mem;
+                }
+                let used: BTreeMap<String, u64> =
+                    devices.into_iter().filter(|(_, m)| *m > 0).collect();
+                assert_eq!(used, summed, "page {pages}: devices and pods disagree");
+                pages += 1;
+            }
+            pages
+        })
+    };
+    for i in 0..N {
+        let f = c.filter(&format!("s{i:02}")).await;
+        assert!(chosen(&f).is_some(), "{f:?}");
+    }
+    done.store(true, std::sync::atomic::Ordering::Release);
+    assert!(
+        scraper.await.unwrap() > 0,
+        "no scrape ran during the filters"
+    );
+
+    let (pods, _) = scraped_mem(&c.metrics().await);
+    let placed: Vec<String> = (0..N).map(|i| format!("s{i:02}")).collect();
+    let seen: Vec<String> = pods.keys().map(|(p, _)| p.clone()).collect();
+    assert_eq!(seen, placed, "every placed pod, once");
+    assert!(pods.values().all(|m| *m == 1000), "{pods:?}");
+
+    // Deleted pods leave the page (through the pod watch); the others stay.
+    for i in 0..N / 2 {
+        c.pods()
+            .delete(
+                &format!("s{i:02}"),
+                &DeleteParams::default().grace_period(0),
+            )
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (pods, _) = scraped_mem(&c.metrics().await);
+        let seen: Vec<String> = pods.keys().map(|(p, _)| p.clone()).collect();
+        if seen == placed[N / 2..] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "deleted pods stayed: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A pod placed after a scrape is in the next one.
+    c.create(&gpu_pod("late", std::slice::from_ref(&shape), json!({})))
+        .await;
+    assert!(chosen(&c.filter("late").await).is_some());
+    let (pods, _) = scraped_mem(&c.metrics().await);
+    assert_eq!(
+        pods.keys().filter(|(p, _)| p == "late").count(),
+        1,
+        "{pods:?}"
+    );
+    assert_eq!(pods.len(), N / 2 + 1, "{pods:?}");
 }

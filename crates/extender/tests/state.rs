@@ -323,7 +323,7 @@ fn nodes_register_reregister_and_report_why_they_are_unusable() {
         .iter()
         .position(|v| v.common_word() == "NVIDIA")
         .unwrap();
-    assert_eq!(st.node("n1").unwrap().vendors[nvidia].allocatable, Some(20));
+    assert_eq!(st.node("n1").unwrap().vendor(nvidia).allocatable, Some(20));
     st.delete_node("n1");
     assert!(st.ledger().node("n1").is_none());
 }

@@ -104,6 +104,9 @@ pub fn admin_handler_with(state: AdminState, more: Option<Handler>) -> Handler {
         let state = state.clone();
         let more = more.clone();
         async move {
+            if req.uri().path() == "/metrics" {
+                return metrics(state.registry.clone()).await;
+            }
             match (route(&state, req.uri().path()), more) {
                 (Some(resp), _) => resp,
                 (None, Some(more)) => more(req).await,
@@ -130,23 +133,72 @@ fn route(state: &AdminState, path: &str) -> Option<HttpResponse> {
                 format!("not ready: {reason}"),
             ),
         },
-        "/metrics" => {
-            // Sized like the last answer: a node agent's page can be megabytes, and
-            // growing the buffer by doubling copies it several times over.
-            let mut out = String::with_capacity(LAST_METRICS_LEN.load(Ordering::Relaxed));
-            match prometheus_client::encoding::text::encode(&mut out, &state.registry) {
-                Ok(()) => {
-                    LAST_METRICS_LEN.store(out.len() + out.len() / 16, Ordering::Relaxed);
-                    respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out)
-                }
-                Err(e) => respond::text(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    format!("metrics could not be encoded: {e}"),
-                ),
-            }
-        }
         _ => return None,
     })
+}
+
+/// The `/metrics` answer, encoded on a thread of its own (see
+/// [`lower_encoding_priority`]), off the runtime's threads.
+async fn metrics(registry: Arc<Registry>) -> HttpResponse {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job = {
+        let registry = registry.clone();
+        move || {
+            ENCODING_THREAD.set(true);
+            let _ = tx.send(encode_metrics(&registry));
+        }
+    };
+    let encoded = match std::thread::Builder::new()
+        .name("metrics-encode".into())
+        .spawn(job)
+    {
+        Ok(_) => rx.await.unwrap_or_else(|_| {
+            Err("the thread encoding the metrics stopped without an answer".into())
+        }),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start a thread to encode the metrics; encoding them here");
+            encode_metrics(&registry)
+        }
+    };
+    match encoded {
+        Ok(out) => respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out),
+        Err(e) => respond::text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("metrics could not be encoded: {e}"),
+        ),
+    }
+}
+
+thread_local! {
+    /// Set on the thread [`metrics`] starts for one page (and that ends with it).
+    static ENCODING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// `nice 19`.
+const LOWEST_PRIORITY: i32 = 19;
+
+/// Drops the thread encoding a `/metrics` page to the lowest CPU priority for the rest of
+/// the page; a no-op on any other thread. A collector with a large page calls it once it
+/// has copied what it reads and released every lock a request thread may wait for: the
+/// page then takes only CPU time the process's request threads leave over, so a scrape
+/// does not slow down a concurrent /filter (`docs/extender.md#metrics`). Called under
+/// such a lock it would make things worse: the lock would stay held for as long as the
+/// thread waits for CPU.
+pub fn lower_encoding_priority() {
+    if ENCODING_THREAD.get() {
+        // Linux applies a thread's own nice value to that thread only; where it cannot
+        // be changed, the page is encoded at normal priority.
+        let _ = rustix::process::setpriority_process(None, LOWEST_PRIORITY);
+    }
+}
+
+fn encode_metrics(registry: &Registry) -> Result<String, String> {
+    // Sized like the last answer: a page can be megabytes, and growing the buffer by
+    // doubling copies it several times over.
+    let mut out = String::with_capacity(LAST_METRICS_LEN.load(Ordering::Relaxed));
+    prometheus_client::encoding::text::encode(&mut out, registry).map_err(|e| e.to_string())?;
+    LAST_METRICS_LEN.store(out.len() + out.len() / 16, Ordering::Relaxed);
+    Ok(out)
 }
 
 /// Serves the admin routes over plain HTTP until `shutdown` is cancelled.

@@ -24,6 +24,7 @@ pub mod patch;
 pub mod plugin_node;
 pub mod resources;
 mod routes;
+pub mod scale;
 pub mod scheduler;
 pub mod selectors;
 pub mod status;
