@@ -5,16 +5,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hami_core::annotations::NODE_LOCK;
 use hami_core::sync::MutexExt;
 use hami_core::vendor::{HealthRule, VendorRegistry};
 use hami_k8s::events::{EventType, Recorder, Subject};
 use hami_k8s::lock::{self, LocalBinds};
 use hami_k8s::patch::{MetadataPatch, patch_node};
 use hami_server::CancellationToken;
-use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, ListParams};
 use tokio::sync::watch;
 
 use crate::health::judge;
@@ -290,6 +287,9 @@ const LOCK_SWEEP_INTERVAL: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct LockSweep {
     pub client: Client,
+    /// The watch-fed state, which keeps each node's lock value: the sweep reads which
+    /// nodes are locked there instead of listing every node each round.
+    pub state: Arc<Mutex<SchedState>>,
     pub binds: Arc<LocalBinds>,
     pub leadership: Leadership,
     pub lock_timeout: Duration,
@@ -323,24 +323,18 @@ impl LockSweep {
     }
 
     async fn round(&self) {
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let listed = match nodes.list_metadata(&ListParams::default()).await {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "lock sweep: cannot list nodes; next round retries");
-                return;
-            }
-        };
-        let locked = listed.items.iter().filter(|n| {
-            n.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(NODE_LOCK))
-        });
-        for n in locked {
-            let Some(node) = n.metadata.name.as_deref() else {
-                continue;
-            };
+        // A LIST of every node every few seconds would load the API server and this
+        // process with thousands of node objects (their register annotations included) on
+        // large clusters; the node watch already shows which nodes carry a lock, and
+        // `release_stale` reads each of those afresh before it judges.
+        let locked: Vec<String> = self
+            .state
+            .lock_unpoisoned()
+            .nodes()
+            .filter(|(_, entry)| entry.lock.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
+        for node in &locked {
             if let Err(e) =
                 lock::release_stale(&self.client, node, self.lock_timeout, &self.binds).await
             {

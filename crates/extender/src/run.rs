@@ -220,6 +220,7 @@ pub async fn serve_service(
     };
     let sweep = housekeeping::LockSweep {
         client: client.clone(),
+        state: state.clone(),
         binds: binds.clone(),
         leadership: leadership.clone(),
         lock_timeout: svc.settings.node_lock_timeout,
