@@ -19,8 +19,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use hami_device_plugin::dir_watch::{DirWatcher, Subscription};
 use hami_device_plugin::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
-use notify::Watcher;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -228,19 +228,15 @@ impl DeviceBackend for FakeBackend {
             .unwrap_or(Path::new("."))
             .to_path_buf();
         let file = self.path.clone();
-        let watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
-            if e.is_ok_and(|e| changes_file(&e, &file)) {
+        let watcher = DirWatcher::shared().subscribe(&dir, move |e| {
+            if changes_file(e, &file) {
                 let _ = wake_tx.try_send(());
             }
-        })
-        .and_then(|mut w| {
-            w.watch(&dir, notify::RecursiveMode::NonRecursive)?;
-            Ok(w)
         });
         let watcher = match watcher {
             Ok(w) => Some(w),
             Err(e) => {
-                tracing::warn!(error = %e, dir = %dir.display(), "cannot watch the fake device file; re-reading it every {POLL:?}");
+                tracing::warn!(error = %e, limit_reached = e.limit_reached(), "cannot watch the fake device file; re-reading it every {POLL:?}");
                 None
             }
         };
@@ -273,7 +269,7 @@ async fn reload_loop(
     mut last: Vec<PhysicalDevice>,
     events: mpsc::Sender<BackendEvent>,
     mut wake: mpsc::Receiver<()>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    _watcher: Option<Subscription>,
     shutdown: CancellationToken,
 ) {
     loop {

@@ -44,6 +44,7 @@
 mod allocate;
 pub mod backend;
 mod backoff;
+pub mod dir_watch;
 pub mod config;
 pub mod facts_file;
 pub mod health;
@@ -70,6 +71,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
 pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice, spawn_rediscovery};
+pub use dir_watch::DirWatcher;
 pub use config::{
     ConfigError, DeviceFilter, PluginConfig, VendorSpec, VendorSpecError, VgpuHookSettings,
 };
@@ -153,6 +155,7 @@ impl Plugin {
             metrics,
             events: None,
             hook: Arc::new(HamiCoreHook),
+            dir_watcher: DirWatcher::shared(),
         };
         Ok(Plugin {
             shared: Arc::new(shared),
@@ -174,6 +177,15 @@ impl Plugin {
     pub fn with_hook(mut self, hook: Arc<dyn VendorHook>) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.hook = hook;
+        }
+        self
+    }
+
+    /// Watches the plugin directory through `watcher` instead of the process's
+    /// [`DirWatcher::shared`] (tests use one that fails, to exercise the polling fallback).
+    pub fn with_dir_watcher(mut self, watcher: DirWatcher) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.dir_watcher = watcher;
         }
         self
     }

@@ -16,12 +16,12 @@ use std::time::Duration;
 use hami_kubelet_api::v1beta1::RegisterRequest;
 use hami_kubelet_api::v1beta1::device_plugin_server::DevicePluginServer;
 use hami_kubelet_api::v1beta1::registration_client::RegistrationClient;
-use notify::Watcher;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::dir_watch::{DirWatcher, Subscription};
 use crate::service::{PluginService, plugin_options};
 use crate::shared::{PluginStatus, Shared};
 
@@ -73,7 +73,7 @@ pub(crate) async fn run(
 ) -> Result<(), LifecycleError> {
     let (fs_tx, mut fs_rx) = mpsc::channel::<()>(1);
     // Kept alive for the whole loop; events only say "look again".
-    let watcher = watch_directory(&shared.cfg.plugin_dir, fs_tx.clone());
+    let watcher = watch_directory(&shared.dir_watcher, &shared.cfg.plugin_dir, fs_tx.clone());
     if watcher.is_none() {
         tokio::spawn(poll(fs_tx, shutdown.clone()));
     }
@@ -265,21 +265,18 @@ async fn register(shared: &Shared) -> Result<(), String> {
 }
 
 /// inotify on the plugin directory; `None` (with a warning) when it cannot be set up.
-fn watch_directory(dir: &Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
-    let handler = move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
-            // A full channel already holds a wake-up.
-            let _ = tx.try_send(());
-        }
-    };
-    let watcher = notify::recommended_watcher(handler).and_then(|mut w| {
-        w.watch(dir, notify::RecursiveMode::NonRecursive)?;
-        Ok(w)
-    });
-    match watcher {
-        Ok(w) => Some(w),
+fn watch_directory(
+    watcher: &DirWatcher,
+    dir: &Path,
+    tx: mpsc::Sender<()>,
+) -> Option<Subscription> {
+    // A full channel already holds a wake-up.
+    match watcher.subscribe(dir, move |_| {
+        let _ = tx.try_send(());
+    }) {
+        Ok(s) => Some(s),
         Err(e) => {
-            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the device plugin directory; checking every {POLL_FALLBACK:?} instead");
+            tracing::warn!(dir = %dir.display(), error = %e, limit_reached = e.limit_reached(), "cannot watch the device plugin directory; checking it every {POLL_FALLBACK:?} instead");
             None
         }
     }

@@ -6,6 +6,7 @@ use hami_k8s::events::Recorder;
 use tokio::sync::watch;
 
 use crate::config::PluginConfig;
+use crate::dir_watch::DirWatcher;
 use crate::hook::VendorHook;
 use crate::inventory::Inventory;
 use crate::metrics::Metrics;
@@ -33,6 +34,8 @@ pub(crate) struct Shared {
     pub events: Option<Recorder>,
     /// The vendor's register entries and Allocate answer.
     pub hook: Arc<dyn VendorHook>,
+    /// Notices kubelet restarts and our socket's removal in the plugin directory.
+    pub dir_watcher: DirWatcher,
 }
 
 impl Shared {

@@ -7,7 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use hami_device_plugin::BackendEvent;
+use hami_device_plugin::{BackendEvent, DirWatcher};
+use hami_server::test_support::LogCapture;
+use hami_server::trace::{LogFormat, subscriber};
 use hami_testkit::kubelet::PluginCall;
 use serde_json::json;
 
@@ -121,6 +123,36 @@ async fn a_removed_socket_means_serve_again_and_register_again() {
     std::fs::remove_file(c.kubelet.dir().join("nvidia-gpu.sock")).unwrap();
     c.wait_registered(2).await;
     assert!(c.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    assert!(c.kubelet.dir().join("nvidia-gpu.sock").exists());
+}
+
+#[tokio::test]
+async fn without_inotify_the_directory_is_polled_and_a_kubelet_restart_still_noticed() {
+    // What inotify_init answers past the per-user instance limit
+    // (fs.inotify.max_user_instances): the plugin must say so and poll instead.
+    let capture = LogCapture::default();
+    let dispatch = subscriber(LogFormat::Json, Some("info"), capture.clone()).unwrap();
+    let _logs = tracing::dispatcher::set_default(&dispatch);
+    let no_inotify = DirWatcher::with_factory(Box::new(|_| {
+        Err(notify::Error::io(std::io::Error::from_raw_os_error(
+            rustix::io::Errno::MFILE.raw_os_error(),
+        )))
+    }));
+    let mut c = Cluster::start_with_dir_watcher(no_inotify).await;
+    c.ready(8).await;
+    let warned = capture.json_logged(
+        "cannot watch the device plugin directory; checking it every 5s instead",
+    );
+    assert_eq!(warned.len(), 1, "{:?}", capture.lines());
+    assert_eq!(warned[0]["limit_reached"], true, "{}", warned[0]);
+    let error = warned[0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("max_user_instances"), "{error}");
+
+    c.kubelet.restart().await.unwrap();
+    c.wait_registered(2).await;
+    assert!(c.kubelet.wait_for_healthy(RESOURCE, 8, WAIT).await);
+    std::fs::remove_file(c.kubelet.dir().join("nvidia-gpu.sock")).unwrap();
+    c.wait_registered(3).await;
     assert!(c.kubelet.dir().join("nvidia-gpu.sock").exists());
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hami_device_plugin::{
-    BackendError, BackendEvent, DeviceBackend, DeviceFilter, Metrics, PhysicalDevice, Plugin,
+    BackendError, BackendEvent, DeviceBackend, DeviceFilter, DirWatcher, Metrics, PhysicalDevice, Plugin,
     PluginConfig, PluginStatus, VendorSpec, VgpuHookSettings,
 };
 use hami_server::admin::Readiness;
@@ -163,6 +163,28 @@ impl Cluster {
         node_status: Value,
         policy: RestartPolicy,
     ) -> Cluster {
+        Self::start_watching(tweak, devices, node_status, policy, None).await
+    }
+
+    /// [`Cluster::start`], the plugin directory watched through `watcher`.
+    pub async fn start_with_dir_watcher(watcher: DirWatcher) -> Cluster {
+        Self::start_watching(
+            |_| {},
+            vec![gpu("GPU-a", 0, 15360, 0), gpu("GPU-b", 1, 15360, 1)],
+            json!({}),
+            RestartPolicy::default(),
+            Some(watcher),
+        )
+        .await
+    }
+
+    async fn start_watching(
+        tweak: impl FnOnce(&mut PluginConfig),
+        devices: Vec<PhysicalDevice>,
+        node_status: Value,
+        policy: RestartPolicy,
+        watcher: Option<DirWatcher>,
+    ) -> Cluster {
         let api = ApiServer::start().await.unwrap();
         let client = kube::Client::try_from(kube::Config::new(api.url().parse().unwrap())).unwrap();
         let node: Node = serde_json::from_value(json!({
@@ -194,6 +216,10 @@ impl Cluster {
             Metrics::default(),
         )
         .unwrap();
+        let plugin = match watcher {
+            Some(w) => plugin.with_dir_watcher(w),
+            None => plugin,
+        };
         let status = plugin.status();
         let shutdown = CancellationToken::new();
         let readiness = Readiness::ready();
