@@ -44,8 +44,8 @@
 mod allocate;
 pub mod backend;
 mod backoff;
-pub mod dir_watch;
 pub mod config;
+pub mod dir_watch;
 pub mod facts_file;
 pub mod health;
 pub mod hook;
@@ -71,10 +71,10 @@ use tokio_util::sync::CancellationToken;
 
 pub use allocate::AllocateError;
 pub use backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice, spawn_rediscovery};
-pub use dir_watch::DirWatcher;
 pub use config::{
     ConfigError, DeviceFilter, PluginConfig, VendorSpec, VendorSpecError, VgpuHookSettings,
 };
+pub use dir_watch::DirWatcher;
 pub use hook::{ContainerContext, HamiCoreHook, HookError, PodAllocation, VendorHook};
 pub use inventory::Inventory;
 pub use lifecycle::LifecycleError;

@@ -265,11 +265,7 @@ async fn register(shared: &Shared) -> Result<(), String> {
 }
 
 /// inotify on the plugin directory; `None` (with a warning) when it cannot be set up.
-fn watch_directory(
-    watcher: &DirWatcher,
-    dir: &Path,
-    tx: mpsc::Sender<()>,
-) -> Option<Subscription> {
+fn watch_directory(watcher: &DirWatcher, dir: &Path, tx: mpsc::Sender<()>) -> Option<Subscription> {
     // A full channel already holds a wake-up.
     match watcher.subscribe(dir, move |_| {
         let _ = tx.try_send(());

@@ -140,9 +140,8 @@ async fn without_inotify_the_directory_is_polled_and_a_kubelet_restart_still_not
     }));
     let mut c = Cluster::start_with_dir_watcher(no_inotify).await;
     c.ready(8).await;
-    let warned = capture.json_logged(
-        "cannot watch the device plugin directory; checking it every 5s instead",
-    );
+    let warned = capture
+        .json_logged("cannot watch the device plugin directory; checking it every 5s instead");
     assert_eq!(warned.len(), 1, "{:?}", capture.lines());
     assert_eq!(warned[0]["limit_reached"], true, "{}", warned[0]);
     let error = warned[0]["error"].as_str().unwrap_or_default();

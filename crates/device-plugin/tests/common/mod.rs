@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hami_device_plugin::{
-    BackendError, BackendEvent, DeviceBackend, DeviceFilter, DirWatcher, Metrics, PhysicalDevice, Plugin,
-    PluginConfig, PluginStatus, VendorSpec, VgpuHookSettings,
+    BackendError, BackendEvent, DeviceBackend, DeviceFilter, DirWatcher, Metrics, PhysicalDevice,
+    Plugin, PluginConfig, PluginStatus, VendorSpec, VgpuHookSettings,
 };
 use hami_server::admin::Readiness;
 use hami_server::supervise::{RestartPolicy, Supervisor};
