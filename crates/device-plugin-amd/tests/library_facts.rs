@@ -125,38 +125,34 @@ fn a_missing_library_is_a_start_up_error_naming_it() {
     assert!(err.contains("--amd-smi-lib (AMD_SMI_LIB)"), "{err}");
 
     // The binary: non-zero exit, the library named on stderr.
-    let out = Command::new(env!("CARGO_BIN_EXE_hami-device-plugin-amd"))
-        .arg("discover")
-        .arg(format!(
-            "--sysfs-root={}",
-            n.dir.path().join("sys").display()
-        ))
-        .arg(format!("--dev-root={}", n.dir.path().join("dev").display()))
-        .arg(format!("--amd-smi-lib={}", missing.display()))
-        .env_remove("GPU_FACTS")
-        .env_remove("FACTS_SOURCE")
-        .output()
-        .unwrap();
+    let discover = |extra: &[String]| {
+        Command::new(env!("CARGO_BIN_EXE_hami-device-plugin-amd"))
+            .arg("discover")
+            .arg(format!(
+                "--sysfs-root={}",
+                n.dir.path().join("sys").display()
+            ))
+            .arg(format!("--dev-root={}", n.dir.path().join("dev").display()))
+            .arg(format!("--amd-smi-lib={}", missing.display()))
+            .args(extra)
+            .env_remove("GPU_FACTS")
+            .env_remove("FACTS_SOURCE")
+            .output()
+            .unwrap()
+    };
+    let out = discover(&[]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("cannot load AMD SMI from"), "{stderr}");
     assert!(stderr.contains("--amd-smi-lib (AMD_SMI_LIB)"), "{stderr}");
 
     // With the facts file chosen, no library is loaded.
-    let out = Command::new(env!("CARGO_BIN_EXE_hami-device-plugin-amd"))
-        .arg("discover")
-        .arg(format!(
-            "--sysfs-root={}",
-            n.dir.path().join("sys").display()
-        ))
-        .arg(format!("--dev-root={}", n.dir.path().join("dev").display()))
-        .arg(format!("--amd-smi-lib={}", missing.display()))
-        .arg("--facts-source=file")
-        .arg(format!(
+    let out = discover(&[
+        "--facts-source=file".into(),
+        format!(
             "--gpu-facts={}",
             n.dir.path().join("gpu-facts.json").display()
-        ))
-        .output()
-        .unwrap();
+        ),
+    ]);
     assert!(out.status.success(), "{out:?}");
 }

@@ -1,6 +1,6 @@
 /* A fake AMD SMI (libamd_smi.so) for hami-vendor-ffi's tests: the functions the plugin
  * calls, answering from fixture.h (FAKE_GPUS, FAKE_GPU_COUNT, FAKE_INIT_STATUS), with
- * the status codes and struct layouts of amdsmi.h (the newest asic_info layout). */
+ * the status codes of amdsmi.h and its struct layouts (vendor_abi.h). */
 #include <stdint.h>
 #include <string.h>
 
@@ -11,31 +11,7 @@ struct fake_gpu {
 };
 
 #include "fixture.h"
-
-typedef union {
-    struct {
-        uint64_t function_number : 3;
-        uint64_t device_number : 5;
-        uint64_t bus_number : 8;
-        uint64_t domain_number : 48;
-    };
-    uint64_t as_uint;
-} amdsmi_bdf_t;
-
-typedef struct {
-    char market_name[256];
-    uint32_t vendor_id;
-    char vendor_name[256];
-    uint32_t subvendor_id;
-    uint64_t device_id;
-    uint32_t rev_id;
-    char asic_serial[32];
-    uint32_t oam_id;
-    uint32_t num_of_compute_units;
-    uint64_t target_graphics_version;
-    uint32_t subsystem_id;
-    uint32_t reserved[21];
-} amdsmi_asic_info_t;
+#include "vendor_abi.h"
 
 enum {
     SUCCESS = 0, INVAL = 1, NOT_SUPPORTED = 2, NOT_INIT = 32,

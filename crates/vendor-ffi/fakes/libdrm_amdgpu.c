@@ -9,23 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-struct drm_amdgpu_info_device {
-    uint32_t device_id, chip_rev, external_rev, pci_rev, family;
-    uint32_t num_shader_engines, num_shader_arrays_per_engine, gpu_counter_freq;
-    uint64_t max_engine_clock, max_memory_clock;
-    uint32_t cu_active_number, cu_ao_mask;
-    uint32_t cu_bitmap[4][4];
-    uint32_t enabled_rb_pipes_mask, num_rb_pipes, num_hw_gfx_contexts, pcie_gen;
-    uint64_t ids_flags;
-};
-
-struct drm_amdgpu_heap_info {
-    uint64_t total_heap_size, usable_heap_size, heap_usage, max_allocation;
-};
-
-struct drm_amdgpu_memory_info {
-    struct drm_amdgpu_heap_info vram, cpu_accessible_vram, gtt;
-};
+#include "vendor_abi.h"
 
 struct fake_device {
     uint64_t vram_bytes;

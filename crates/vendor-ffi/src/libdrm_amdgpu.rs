@@ -67,6 +67,12 @@ pub struct MemoryInfo {
     pub gtt: HeapInfo,
 }
 
+/// The UAPI structs `amdgpu_query_info` fills here: `#[repr(C)]`, integers only, so
+/// any bytes the kernel writes are a valid value.
+trait UapiStruct: Default {}
+impl UapiStruct for InfoDeviceHead {}
+impl UapiStruct for MemoryInfo {}
+
 /// What libdrm says about one GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DrmGpuInfo {
@@ -132,6 +138,31 @@ impl LibDrmAmdgpu {
         }
     }
 
+    /// `amdgpu_query_info(info_id)` into a `T`.
+    fn query<T: UapiStruct>(
+        &self,
+        device: &Device<'_>,
+        info_id: c_uint,
+        call: &'static str,
+    ) -> Result<T, FfiError> {
+        let mut value = T::default();
+        // SAFETY: `T` is a plain C struct of the kernel's UAPI (see UapiStruct) and the
+        // size passed is its size; the kernel (through libdrm) writes at most that many
+        // bytes.
+        let rc = unsafe {
+            (self.functions.query_info)(
+                device.handle,
+                info_id,
+                size_of::<T>() as c_uint,
+                (&raw mut value).cast(),
+            )
+        };
+        if rc != 0 {
+            return Err(self.error(call, rc));
+        }
+        Ok(value)
+    }
+
     /// VRAM and active CUs of the GPU behind the DRM node `node` (its render node).
     pub fn gpu_info(&self, node: &Path) -> Result<DrmGpuInfo, FfiError> {
         let file = OpenOptions::new()
@@ -161,33 +192,16 @@ impl LibDrmAmdgpu {
             });
         }
         let device = Device { lib: self, handle };
-        let mut dev = InfoDeviceHead::default();
-        let mut mem = MemoryInfo::default();
-        // SAFETY: the size passed is the size of the buffer; the kernel (through
-        // libdrm) writes at most that many bytes of its struct.
-        let rc = unsafe {
-            (self.functions.query_info)(
-                device.handle,
-                INFO_DEV_INFO,
-                size_of::<InfoDeviceHead>() as c_uint,
-                (&raw mut dev).cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(self.error("amdgpu_query_info(AMDGPU_INFO_DEV_INFO)", rc));
-        }
-        // SAFETY: as above, for drm_amdgpu_memory_info.
-        let rc = unsafe {
-            (self.functions.query_info)(
-                device.handle,
-                INFO_MEMORY,
-                size_of::<MemoryInfo>() as c_uint,
-                (&raw mut mem).cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(self.error("amdgpu_query_info(AMDGPU_INFO_MEMORY)", rc));
-        }
+        let dev: InfoDeviceHead = self.query(
+            &device,
+            INFO_DEV_INFO,
+            "amdgpu_query_info(AMDGPU_INFO_DEV_INFO)",
+        )?;
+        let mem: MemoryInfo = self.query(
+            &device,
+            INFO_MEMORY,
+            "amdgpu_query_info(AMDGPU_INFO_MEMORY)",
+        )?;
         drop(device);
         Ok(DrmGpuInfo {
             vram_bytes: mem.vram.total_heap_size,

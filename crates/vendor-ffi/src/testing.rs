@@ -11,6 +11,8 @@ use std::process::Command;
 pub const AMD_SMI_SOURCE: &str = include_str!("../fakes/amd_smi.c");
 /// `fakes/libdrm_amdgpu.c`.
 pub const LIBDRM_AMDGPU_SOURCE: &str = include_str!("../fakes/libdrm_amdgpu.c");
+/// `fakes/vendor_abi.h`: the vendor structs the fakes and the layout test share.
+pub const VENDOR_ABI_HEADER: &str = include_str!("../fakes/vendor_abi.h");
 /// `fakes/rocm_smi.c`.
 pub const ROCM_SMI_SOURCE: &str = include_str!("../fakes/rocm_smi.c");
 
@@ -55,8 +57,9 @@ fn c_string(s: Option<&str>) -> String {
     }
 }
 
-/// Compiles `source` (with `fixture` as `fixture.h` beside it) into `dir/file_name`,
-/// a shared library, or an executable when `shared` is false.
+/// Compiles `source` (with `fixture` as `fixture.h` and [`VENDOR_ABI_HEADER`] as
+/// `vendor_abi.h` beside it) into `dir/file_name`, a shared library, or an executable
+/// when `shared` is false.
 pub fn compile(
     dir: &Path,
     file_name: &str,
@@ -69,6 +72,7 @@ pub fn compile(
     let src = dir.join(format!("{stem}.c"));
     std::fs::write(&src, source)?;
     std::fs::write(dir.join("fixture.h"), fixture)?;
+    std::fs::write(dir.join("vendor_abi.h"), VENDOR_ABI_HEADER)?;
     let out = dir.join(file_name);
     let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
     let mut cmd = Command::new(&cc);

@@ -1,21 +1,13 @@
 /* The C side of tests/abi.rs: the layouts hami-vendor-ffi declares in Rust, as the
- * vendor headers declare them (amdsmi.h, the kernel's amdgpu_drm.h), printed as
- * "<name> <value>" lines for the Rust test to compare. */
+ * vendor headers declare them (vendor_abi.h, the declarations the fakes use too),
+ * printed as "<name> <value>" lines for the Rust test to compare. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
-typedef union {
-    struct {
-        uint64_t function_number : 3;
-        uint64_t device_number : 5;
-        uint64_t bus_number : 8;
-        uint64_t domain_number : 48;
-    };
-    uint64_t as_uint;
-} amdsmi_bdf_t;
+#include "vendor_abi.h"
 
-/* amdsmi_asic_info_t of the oldest release (64-byte name) and of the newest. */
+/* amdsmi_asic_info_t of the oldest release (64-byte name); the newest is in vendor_abi.h. */
 typedef struct {
     char market_name[64];
     uint32_t family;
@@ -25,37 +17,6 @@ typedef struct {
     uint32_t rev_id;
     char asic_serial[32];
 } asic_info_oldest;
-
-typedef struct {
-    char market_name[256];
-    uint32_t vendor_id;
-    char vendor_name[256];
-    uint32_t subvendor_id;
-    uint64_t device_id;
-    uint32_t rev_id;
-    char asic_serial[32];
-    uint32_t oam_id;
-    uint32_t num_of_compute_units;
-    uint64_t target_graphics_version;
-    uint32_t subsystem_id;
-    uint32_t reserved[21];
-} asic_info_newest;
-
-struct drm_amdgpu_info_device {
-    uint32_t device_id, chip_rev, external_rev, pci_rev, family;
-    uint32_t num_shader_engines, num_shader_arrays_per_engine, gpu_counter_freq;
-    uint64_t max_engine_clock, max_memory_clock;
-    uint32_t cu_active_number, cu_ao_mask;
-    uint32_t cu_bitmap[4][4];
-};
-
-struct drm_amdgpu_heap_info {
-    uint64_t total_heap_size, usable_heap_size, heap_usage, max_allocation;
-};
-
-struct drm_amdgpu_memory_info {
-    struct drm_amdgpu_heap_info vram, cpu_accessible_vram, gtt;
-};
 
 static void bdf(uint64_t domain, uint64_t bus, uint64_t device, uint64_t function) {
     amdsmi_bdf_t b;
@@ -78,10 +39,10 @@ int main(void) {
     printf("asic_oldest.size %zu\n", sizeof(asic_info_oldest));
     printf("asic_oldest.align %zu\n", _Alignof(asic_info_oldest));
     printf("asic_oldest.market_name %zu\n", offsetof(asic_info_oldest, market_name));
-    printf("asic_newest.size %zu\n", sizeof(asic_info_newest));
-    printf("asic_newest.align %zu\n", _Alignof(asic_info_newest));
-    printf("asic_newest.market_name %zu\n", offsetof(asic_info_newest, market_name));
-    printf("asic_newest.market_name.size %zu\n", sizeof(((asic_info_newest *)0)->market_name));
+    printf("asic_newest.size %zu\n", sizeof(amdsmi_asic_info_t));
+    printf("asic_newest.align %zu\n", _Alignof(amdsmi_asic_info_t));
+    printf("asic_newest.market_name %zu\n", offsetof(amdsmi_asic_info_t, market_name));
+    printf("asic_newest.market_name.size %zu\n", sizeof(((amdsmi_asic_info_t *)0)->market_name));
     printf("info_device.max_engine_clock %zu\n", offsetof(struct drm_amdgpu_info_device, max_engine_clock));
     printf("info_device.max_memory_clock %zu\n", offsetof(struct drm_amdgpu_info_device, max_memory_clock));
     printf("info_device.cu_active_number %zu\n", offsetof(struct drm_amdgpu_info_device, cu_active_number));
