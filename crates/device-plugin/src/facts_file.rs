@@ -28,13 +28,15 @@ pub enum FactsError {
     Choice(String),
 }
 
-/// Where a vendor plugin's device facts come from (`--facts-source`).
+/// Where a vendor plugin's device facts come from (`--facts-source`): the vendor
+/// libraries (`docs/device-plugin.md#vendor-libraries`) or a [`FactsFile`]. The variants'
+/// doc lines are the `--help` text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum FactsSourceKind {
-    /// The vendor libraries, loaded at start-up (`docs/device-plugin.md#vendor-libraries`).
+    /// the vendor libraries, loaded at start-up (also accepted: smi)
     #[value(alias = "smi")]
     Library,
-    /// A [`FactsFile`] standing in for them.
+    /// a JSON file standing in for them
     File,
 }
 

@@ -233,7 +233,7 @@ pub enum VendorRunError {
     Spec(#[from] crate::VendorSpecError),
     #[error(transparent)]
     Backend(#[from] crate::BackendError),
-    #[error("device facts: {0}")]
+    #[error(transparent)]
     Facts(#[from] crate::facts_file::FactsError),
     #[error(transparent)]
     Serve(#[from] crate::serving::ServeError),
