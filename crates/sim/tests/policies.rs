@@ -209,6 +209,45 @@ fn hami_frag_uses_cpu_stranding() {
 }
 
 #[test]
+fn hami_frag_pairing_leaves_the_hole_that_seen_demand_can_fill() {
+    // Two one-GPU nodes with 550 and 600 milli free. A 50-milli task scores the same on both
+    // (F falls by 25 either way), so the rank picks the 550 node, leaving a 500 hole. With the
+    // pairing term, after a 520-milli task has been seen, the policy leaves a 550 hole instead,
+    // which that kind of task can fill.
+    let recs: Vec<NodeRecord> = (0..2)
+        .map(|i| NodeRecord {
+            name: format!("n{i}"),
+            cpu_milli: 96_000,
+            memory_mib: 1 << 20,
+            gpus: 1,
+            model: 0,
+        })
+        .collect();
+    let mut cluster = Cluster::new(&recs, 20);
+    cluster.nodes[0].gpu_free[0] = 550;
+    cluster.nodes[1].gpu_free[0] = 600;
+    let w = workload();
+    let init = PolicyInit {
+        workload: &w,
+        pods: &[],
+        n_nodes: 2,
+        gpus_per_model: &[],
+        n_types: 2,
+        seed: 1,
+    };
+    let mut small = task(1000, 1, 50);
+    small.type_id = 1;
+    let place = |name: &str| {
+        let mut p = make_policy(name, &init).unwrap();
+        p.place(&cluster, &[0, 1], &task(1000, 1, 520), &[0, 1]);
+        p.place(&cluster, &[0, 1], &small, &[0, 1])
+            .map(|p| (p.node, p.gpus))
+    };
+    assert_eq!(place("hami-frag"), Some((0, 1)));
+    assert_eq!(place("hami-frag:pair=10,horizon=0.5"), Some((1, 1)));
+}
+
+#[test]
 fn unknown_policy_is_an_error() {
     let w = workload();
     let init = PolicyInit {
