@@ -176,20 +176,25 @@ fn hami_binpack_and_spread() {
     assert_eq!(hami_gpus(&n, &t, 1, HamiMode::Binpack), 1 << 0);
 }
 
-#[test]
-fn hami_frag_uses_cpu_stranding() {
-    // Two identical-GPU nodes; the CPU-poor one would strand its GPUs if it
-    // took a CPU-heavy task, so our policy picks the CPU-rich node.
+/// Two empty nodes `n0`, `n1` of 96 vCPU with `gpus` GPUs each.
+fn two_nodes(gpus: u8) -> Cluster {
     let recs: Vec<NodeRecord> = (0..2)
         .map(|i| NodeRecord {
             name: format!("n{i}"),
             cpu_milli: 96_000,
             memory_mib: 1 << 20,
-            gpus: 8,
+            gpus,
             model: 0,
         })
         .collect();
-    let mut cluster = Cluster::new(&recs, 20);
+    Cluster::new(&recs, 20)
+}
+
+#[test]
+fn hami_frag_uses_cpu_stranding() {
+    // Two identical-GPU nodes; the CPU-poor one would strand its GPUs if it
+    // took a CPU-heavy task, so our policy picks the CPU-rich node.
+    let mut cluster = two_nodes(8);
     cluster.nodes[0].cpu_free = 40_000;
     let w = workload();
     let pods = [];
@@ -214,16 +219,7 @@ fn hami_frag_pairing_leaves_the_hole_that_seen_demand_can_fill() {
     // (F falls by 25 either way), so the rank picks the 550 node, leaving a 500 hole. With the
     // pairing term, after a 520-milli task has been seen, the policy leaves a 550 hole instead,
     // which that kind of task can fill.
-    let recs: Vec<NodeRecord> = (0..2)
-        .map(|i| NodeRecord {
-            name: format!("n{i}"),
-            cpu_milli: 96_000,
-            memory_mib: 1 << 20,
-            gpus: 1,
-            model: 0,
-        })
-        .collect();
-    let mut cluster = Cluster::new(&recs, 20);
+    let mut cluster = two_nodes(1);
     cluster.nodes[0].gpu_free[0] = 550;
     cluster.nodes[1].gpu_free[0] = 600;
     let w = workload();
