@@ -547,23 +547,31 @@ async fn judge(
 }
 
 /// An owner pod that no longer needs the lock: its allocation finished (the device plugin
-/// should have released it), it terminated or is being deleted, or it was bound elsewhere.
+/// should have released it), it terminated, it was bound elsewhere, or it is being deleted
+/// before kubelet could start admitting it.
+///
+/// A pod being deleted while it is bound here and still `allocating` keeps the lock until
+/// it is gone: kubelet may be admitting it from a view of before the deletion, and the
+/// device plugin matches that Allocate to the lock's owner. Taken over, the lock would name
+/// the next pod, whose devices kubelet would then hand to the leaving one
+/// (`docs/extender.md#node-lock-takeover`).
 fn owner_done(pod: &Pod, node: &str) -> bool {
-    let bound_elsewhere = pod
+    let bound_to = pod
         .spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty() && n != node);
+        .filter(|n| !n.is_empty());
     let bind_phase = pod
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(BIND_PHASE))
         .map(String::as_str);
+    let awaiting_allocation_here = bound_to == Some(node) && bind_phase == Some("allocating");
     hami_core::pod::is_terminal(pod)
         || matches!(bind_phase, Some("success" | "failed"))
-        || pod.metadata.deletion_timestamp.is_some()
-        || bound_elsewhere
+        || (pod.metadata.deletion_timestamp.is_some() && !awaiting_allocation_here)
+        || bound_to.is_some_and(|n| n != node)
 }
 
 async fn get_node(client: &Client, node: &str) -> Result<Node, LockError> {

@@ -7,7 +7,7 @@ use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
 use hami_k8s::lock::{self, Acquired, LocalBinds, LockError, Released, Takeover};
 use hami_testkit::{ApiServer, Fault};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::{Client, Config};
 use serde_json::json;
 
@@ -414,6 +414,82 @@ async fn stale_locks_are_released_without_a_bind_and_live_ones_kept() {
     assert_eq!(
         lock_value(&client).await,
         Some(format!("{now},default,again"))
+    );
+}
+
+/// A pod deleted after its Binding and before its Allocate keeps the node lock while it
+/// is still `allocating` there: kubelet may be admitting it, and the device plugin matches
+/// that Allocate to the lock's owner, so a lock taken over by the next pod handed that pod's
+/// devices to the leaving one (`docs/extender.md#node-lock-takeover`).
+#[tokio::test]
+async fn a_pod_deleted_while_awaiting_its_allocation_keeps_the_lock() {
+    let (_server, client) = setup().await;
+    let sole = LocalBinds::sole();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    create_pod(&client, "leaving", json!({BIND_PHASE: "allocating"})).await;
+    create_pod(&client, "next", json!({})).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": "leaving", "namespace": "default"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        "leaving",
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+    let value = format!("{now},default,leaving");
+    set_lock(&client, &value).await;
+    // A bound pod is deleted gracefully: it stays, marked, until its kubelet finishes.
+    pods.delete("leaving", &DeleteParams::default())
+        .await
+        .unwrap();
+    let leaving = pods.get("leaving").await.unwrap();
+    assert!(leaving.metadata.deletion_timestamp.is_some());
+
+    // Neither the next bind nor the sweep takes the lock from it.
+    let held = lock::try_acquire_with(&client, "n1", "default", "next", TIMEOUT, &sole)
+        .await
+        .unwrap_err();
+    assert!(held.is_held(), "{held}");
+    assert_eq!(
+        lock::release_stale(&client, "n1", TIMEOUT, &sole)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(lock_value(&client).await, Some(value.clone()));
+
+    // Once its allocation ended (here: failed), the lock is free.
+    hami_k8s::patch::patch_pod(
+        &client,
+        hami_k8s::patch::PodRef::of(&leaving),
+        &hami_k8s::patch::MetadataPatch::new().annotate(BIND_PHASE, "failed"),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(
+        lock::try_acquire_with(&client, "n1", "default", "next", TIMEOUT, &sole).await,
+        Ok(Acquired::TookOver(Takeover::Dangling { owner })) if owner == "default/leaving"
+    ));
+
+    // Being deleted and not allocating here (never bound): done, as before.
+    create_pod(&client, "unbound", json!({BIND_PHASE: "allocating"})).await;
+    set_lock(&client, &format!("{now},default,unbound")).await;
+    pods.delete("unbound", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        lock::release_stale(&client, "n1", TIMEOUT, &sole)
+            .await
+            .unwrap(),
+        Some(Takeover::Dangling {
+            owner: "default/unbound".into()
+        })
     );
 }
 
