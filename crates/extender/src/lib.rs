@@ -20,6 +20,7 @@ pub mod leader;
 pub mod metrics;
 pub mod pod_resources;
 pub mod run;
+mod scrape_blocks;
 mod scrape_view;
 pub mod service;
 pub mod slim;
