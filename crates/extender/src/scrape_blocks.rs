@@ -157,7 +157,8 @@ impl ScrapeBlocks {
     /// Drops the pieces of an encoding not asked for in the last [`KEEP_UNASKED`] scrapes.
     fn drop_unasked(&mut self) {
         for other in 0..2 {
-            if self.scrapes - self.asked[other] <= KEEP_UNASKED || self.headers[other].is_none() {
+            // Once, the scrape after the last one it could still be asked for in.
+            if self.scrapes - self.asked[other] != KEEP_UNASKED + 1 {
                 continue;
             }
             self.headers[other] = None;

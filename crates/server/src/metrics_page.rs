@@ -59,8 +59,12 @@ impl PageEncoding {
         }
     }
 
-    /// `text` as a chunk in this encoding.
+    /// `text` as a chunk in this encoding (no text, no chunk: not even an empty gzip
+    /// member).
     pub fn chunk(self, text: &[u8]) -> std::io::Result<Bytes> {
+        if text.is_empty() {
+            return Ok(Bytes::new());
+        }
         match self {
             PageEncoding::Plain => Ok(Bytes::copy_from_slice(text)),
             PageEncoding::Gzip => gzip_member(text),
