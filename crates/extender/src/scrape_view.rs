@@ -212,7 +212,7 @@ pub(crate) fn pod_rows<'a>(pods: &[&'a PodCopy]) -> Vec<PodDeviceRow<'a>> {
 pub(crate) fn starts_piece<K: Hash + ?Sized>(key: &K, per_piece: u64) -> bool {
     let mut h = DefaultHasher::new();
     key.hash(&mut h);
-    h.finish() % per_piece == 0
+    h.finish().is_multiple_of(per_piece)
 }
 
 fn node_copy(st: &SchedState, name: Arc<str>, node: &NodeState, version: u64) -> NodeCopy {
