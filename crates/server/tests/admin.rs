@@ -71,12 +71,12 @@ async fn livez_readyz_metrics() {
 #[tokio::test]
 async fn metrics_gzipped_when_the_client_accepts_it() {
     let mut registry = Registry::default();
-    let counter: Counter = Counter::default();
-    registry.register("test_events", "Events seen by the test", counter.clone());
-    counter.inc_by(5);
+    let events: Counter = Counter::default();
+    events.inc_by(5);
+    registry.register("test_events", "Events seen by the test", events);
     let state = AdminState {
-        readiness: Readiness::ready(),
         registry: Arc::new(registry),
+        readiness: Readiness::ready(),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
