@@ -2,14 +2,17 @@
 //! tasks sampled with replacement (or remove random ones) until the total GPU
 //! request reaches `tune` × capacity; plus the per-seed node tie-break ranks.
 //!
-//! Our own RNG (ChaCha8) is used; bit-matching Go's `math/rand` is not needed
-//! because the comparison with the paper is statistical over 10 seeds.
+//! The draws are those of the paper's simulator: Go's `math/rand` ([`GoRand`]) seeded with the
+//! seed, in the original's order, so every seed's stream is the one behind the published numbers
+//! (seed 42 equals the golden arrival order and node ranks, `crates/sim/tests/golden.rs`).
 
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
-
+use crate::go_rand::GoRand;
 use crate::trace::PodRecord;
+
+/// Draws the original makes between tuning and the node permutation: its start-up (the API
+/// emulation's informers) takes ten values from the same global generator. The number is
+/// established by the seed-42 golden node ranks, which the permutation matches after exactly ten.
+const STARTUP_DRAWS: usize = 10;
 
 /// One seed's arrival order and node ranks.
 #[derive(Debug, Clone)]
@@ -30,14 +33,18 @@ pub fn sample_arrivals(
 ) -> Arrivals {
     let mut sorted: Vec<PodRecord> = pods.to_vec();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // Go's `rand.Seed` takes an int64; the seeds of the tables (42–51) are far below that.
+    let mut rng = GoRand::new(i64::try_from(seed).unwrap_or(i64::MAX));
+    // The original logs `rand.Int()` right after seeding (an argument evaluated even when debug
+    // logging is off): one draw.
+    rng.int63();
     let mut order = sorted.clone();
-    order.shuffle(&mut rng);
+    rng.shuffle(&mut order);
     let target = tune * capacity as f64;
     let mut w: i64 = order.iter().map(PodRecord::gpu_request).sum();
     if (w as f64) < target && !sorted.is_empty() {
         loop {
-            let q = &sorted[rng.random_range(0..sorted.len())];
+            let q = &sorted[rng.intn(sorted.len())];
             // The paper's stopping test uses the per-GPU share, while the
             // running total adds num·d (a quirk kept for comparability).
             if (w + i64::from(q.gpu_milli)) as f64 > target {
@@ -48,12 +55,19 @@ pub fn sample_arrivals(
         }
     } else {
         while w as f64 > target && !order.is_empty() {
-            let i = rng.random_range(0..order.len());
+            let i = rng.intn(order.len());
             w -= order.remove(i).gpu_request();
         }
     }
-    let mut ranks: Vec<u32> = (0..n_nodes as u32).collect();
-    ranks.shuffle(&mut rng);
+    for _ in 0..STARTUP_DRAWS {
+        rng.int63();
+    }
+    // Node i (in name order) gets rank perm[i] (the original's `%04d-` name prefix).
+    let ranks = rng
+        .perm(n_nodes)
+        .into_iter()
+        .map(|r| u32::try_from(r).unwrap_or(u32::MAX))
+        .collect();
     Arrivals { pods: order, ranks }
 }
 

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod data;
 pub mod error;
 pub mod frag;
+pub mod go_rand;
 pub mod metrics;
 pub mod policy;
 pub mod runner;

@@ -271,13 +271,16 @@ pub fn render(sweep: &Sweep) -> String {
     );
     let _ = writeln!(
         out,
-        "| trace | Random | DotProd | Clustering | Packing | BestFit | FGD | paper FGD | HAMi binpack | HAMi spread | **hami-frag** | engine-frag | max \\|Δ\\| vs paper (6 baselines) |"
+        "| trace | Random | DotProd | Clustering | Packing | BestFit | FGD | paper FGD | HAMi binpack | HAMi spread | **hami-frag** | engine-frag | max \\|Δ\\| vs paper: Random / 5 others |"
     );
     let _ = writeln!(out, "|{}", "---|".repeat(13));
     let (mut beats, mut engine_gap, mut engine_gap_at) = (0usize, 0f64, "");
+    // The deterministic baselines (all but Random) against the paper: variants where they all
+    // equal the published mean to 2 decimals, and the largest gap anywhere.
+    let (mut exact, mut det_gap) = (0usize, 0f64);
     for (vi, v) in VARIANTS.iter().enumerate() {
         let mut row = format!("| {v} |");
-        let mut max_delta: f64 = 0.0;
+        let (mut random_delta, mut max_delta): (f64, f64) = (0.0, 0.0);
         for (pi, p) in PAPER_POLICIES.iter().enumerate() {
             let c = get(v, p);
             let _ = write!(
@@ -286,9 +289,18 @@ pub fn render(sweep: &Sweep) -> String {
                 c.map_or("-".into(), |c| mean_sd_text(c.mean_100, c.sd_100))
             );
             if let Some(c) = c {
-                max_delta = max_delta.max((c.mean_100 - PUBLISHED_AT_100[vi][pi]).abs());
+                let delta = (c.mean_100 - PUBLISHED_AT_100[vi][pi]).abs();
+                if *p == "random" {
+                    random_delta = delta;
+                } else {
+                    max_delta = max_delta.max(delta);
+                }
             }
         }
+        if r2(max_delta) == r2(0.0) {
+            exact += 1;
+        }
+        det_gap = det_gap.max(max_delta);
         let paper_fgd = PUBLISHED_AT_100[vi][5];
         let _ = write!(row, " {} |", r2(paper_fgd));
         for p in ["hami-binpack", "hami-spread"] {
@@ -310,7 +322,7 @@ pub fn render(sweep: &Sweep) -> String {
             " {} |",
             engine.map_or("-".into(), |c| mean_sd_text(c.mean_100, c.sd_100))
         );
-        let _ = write!(row, " {} |", r2(max_delta));
+        let _ = write!(row, " {} / {} |", r2(random_delta), r2(max_delta));
         if frag.is_some_and(|c| c.mean_100 < paper_fgd) {
             beats += 1;
         }
@@ -333,8 +345,12 @@ pub fn render(sweep: &Sweep) -> String {
     };
     let _ = writeln!(
         out,
-        "\nhami-frag beats the paper's FGD mean on {beats} of {} variants. engine-frag (the \
-         extender's `frag` replayed through hami-core's engine) {engine}.",
+        "\nDotProd, Clustering, Packing, BestFit and FGD equal the paper's mean on {exact} of {} \
+         variants (largest gap {} pp); Random draws its own stream. hami-frag beats the paper's FGD \
+         mean on {beats} of {} variants. engine-frag (the extender's `frag` replayed through \
+         hami-core's engine) {engine}.",
+        VARIANTS.len(),
+        r2(det_gap),
         VARIANTS.len()
     );
 

@@ -5,10 +5,11 @@
 
 use hami_sim::data::{fgd_golden, openb};
 use hami_sim::policy::Placement;
-use hami_sim::trace::load_decisions;
+use hami_sim::trace::{PodRecord, load_decisions};
 use hami_sim::{Experiment, SeedRun};
 
-fn replay(policy: &str) -> (Experiment, SeedRun) {
+/// The default trace with the golden seed-42 arrival order and node ranks.
+fn golden_default() -> (Experiment, Vec<PodRecord>, Vec<u32>) {
     let mut exp = Experiment::load(
         &openb("openb_node_list_gpu_node.csv.gz"),
         &openb("openb_pod_list_default.csv.gz"),
@@ -20,6 +21,11 @@ fn replay(policy: &str) -> (Experiment, SeedRun) {
             &fgd_golden("seed42_node_rank.csv.gz"),
         )
         .unwrap();
+    (exp, pods, ranks)
+}
+
+fn replay(policy: &str) -> (Experiment, SeedRun) {
+    let (exp, pods, ranks) = golden_default();
     assert_eq!(pods.len(), 10_866);
     let run = exp.run_arrivals(policy, 42, &pods, &ranks, 20).unwrap();
     (exp, run)
@@ -51,6 +57,25 @@ fn check_decisions(policy: &str, file: &str) {
         golden.len(),
         "{policy}: {matched} matched; first mismatch {first_mismatch:?}"
     );
+}
+
+/// The seeded stream (Go's `math/rand`, `docs/simulator.md#arrival-stream`) is the original's: with
+/// seed 42 it yields the golden arrival order (resampled copies named `-tuned-N` there) and ranks.
+#[test]
+fn seed42_stream_is_the_golden_stream() {
+    let (exp, golden_pods, golden_ranks) = golden_default();
+    let sampled =
+        hami_sim::arrivals::sample_arrivals(&exp.pods, exp.nodes.len(), exp.capacity(), 1.3, 42);
+    assert_eq!(sampled.pods.len(), golden_pods.len());
+    for (i, (got, want)) in sampled.pods.iter().zip(&golden_pods).enumerate() {
+        let base = want.name.split("-tuned-").next().unwrap();
+        assert_eq!(
+            (got.name.as_str(), got.cpu_milli, got.num_gpu, got.gpu_milli),
+            (base, want.cpu_milli, want.num_gpu, want.gpu_milli),
+            "arrival {i}"
+        );
+    }
+    assert_eq!(sampled.ranks, golden_ranks);
 }
 
 #[test]

@@ -176,20 +176,25 @@ fn hami_binpack_and_spread() {
     assert_eq!(hami_gpus(&n, &t, 1, HamiMode::Binpack), 1 << 0);
 }
 
-#[test]
-fn hami_frag_uses_cpu_stranding() {
-    // Two identical-GPU nodes; the CPU-poor one would strand its GPUs if it
-    // took a CPU-heavy task, so our policy picks the CPU-rich node.
+/// Two empty nodes `n0`, `n1` of 96 vCPU with `gpus` GPUs each.
+fn two_nodes(gpus: u8) -> Cluster {
     let recs: Vec<NodeRecord> = (0..2)
         .map(|i| NodeRecord {
             name: format!("n{i}"),
             cpu_milli: 96_000,
             memory_mib: 1 << 20,
-            gpus: 8,
+            gpus,
             model: 0,
         })
         .collect();
-    let mut cluster = Cluster::new(&recs, 20);
+    Cluster::new(&recs, 20)
+}
+
+#[test]
+fn hami_frag_uses_cpu_stranding() {
+    // Two identical-GPU nodes; the CPU-poor one would strand its GPUs if it
+    // took a CPU-heavy task, so our policy picks the CPU-rich node.
+    let mut cluster = two_nodes(8);
     cluster.nodes[0].cpu_free = 40_000;
     let w = workload();
     let pods = [];
@@ -206,6 +211,36 @@ fn hami_frag_uses_cpu_stranding() {
         .place(&cluster, &[0, 1], &task(24_000, 1, 500), &[0, 1])
         .map(|p| p.node);
     assert_eq!(got, Some(1));
+}
+
+#[test]
+fn hami_frag_pairing_leaves_the_hole_that_seen_demand_can_fill() {
+    // Two one-GPU nodes with 550 and 600 milli free. A 50-milli task scores the same on both
+    // (F falls by 25 either way), so the rank picks the 550 node, leaving a 500 hole. With the
+    // pairing term, after a 520-milli task has been seen, the policy leaves a 550 hole instead,
+    // which that kind of task can fill.
+    let mut cluster = two_nodes(1);
+    cluster.nodes[0].gpu_free[0] = 550;
+    cluster.nodes[1].gpu_free[0] = 600;
+    let w = workload();
+    let init = PolicyInit {
+        workload: &w,
+        pods: &[],
+        n_nodes: 2,
+        gpus_per_model: &[],
+        n_types: 2,
+        seed: 1,
+    };
+    let mut small = task(1000, 1, 50);
+    small.type_id = 1;
+    let place = |name: &str| {
+        let mut p = make_policy(name, &init).unwrap();
+        p.place(&cluster, &[0, 1], &task(1000, 1, 520), &[0, 1]);
+        p.place(&cluster, &[0, 1], &small, &[0, 1])
+            .map(|p| (p.node, p.gpus))
+    };
+    assert_eq!(place("hami-frag"), Some((0, 1)));
+    assert_eq!(place("hami-frag:pair=10,horizon=0.5"), Some((1, 1)));
 }
 
 #[test]

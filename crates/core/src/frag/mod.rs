@@ -11,6 +11,7 @@ use rustc_hash::FxHashMap;
 
 pub mod live;
 pub mod observed;
+pub mod pairing;
 pub mod score;
 
 /// Largest GPU count per node that the packed memo key supports. Nodes with

@@ -201,6 +201,12 @@ pub struct FragScoreConfig {
     /// When set to `b`, class weights become p_m·(num·d/1000 + b): weight by
     /// GPU demand (the allocation metric) with `b` for CPU-only classes.
     pub gpu_weighting: Option<f64>,
+    /// Weight of the supply-aware pairing term ([`super::pairing`]) in score points per GPU
+    /// (0 = none). It reads the whole cluster's holes, so only the simulator's `hami-frag`
+    /// applies it so far; the engine's `frag` policies do not.
+    pub pair: f64,
+    /// The pairing term's horizon: future sharing tasks expected per sharing task seen.
+    pub pair_horizon: f64,
 }
 
 impl Default for FragScoreConfig {
@@ -217,6 +223,8 @@ impl Default for FragScoreConfig {
             scarcity: 0.5,
             coverage_pct: 95,
             gpu_weighting: None,
+            pair: 0.0,
+            pair_horizon: 4.0,
         }
     }
 }
@@ -254,6 +262,8 @@ impl FragScoreConfig {
                     cfg.coverage_pct = c.parse().map_err(|_| format!("bad coverage {c:?}"))?
                 }
                 ("gpuweight", g) => cfg.gpu_weighting = Some(num(k, g)?),
+                ("pair", w) => cfg.pair = num(k, w)?,
+                ("horizon", h) => cfg.pair_horizon = num(k, h)?,
                 ("secondary", "none") => cfg.secondary = Secondary::None,
                 ("secondary", "util") => cfg.secondary = Secondary::Utilisation,
                 ("secondary", "idle") => cfg.secondary = Secondary::LeastIdle,
@@ -602,6 +612,16 @@ mod tests {
         assert!((p[1] - 0.5).abs() < 1e-12, "{p:?}");
         // Unknown capacity: no pressure.
         assert!(model_pressure(&w, &[]).iter().all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn pairing_is_off_by_default_and_set_by_its_keys() {
+        let d = FragScoreConfig::default();
+        assert_eq!((d.pair, d.pair_horizon), (0.0, 4.0));
+        let cfg = FragScoreConfig::parse("pair=10,horizon=2").unwrap_or_default();
+        assert_eq!((cfg.pair, cfg.pair_horizon), (10.0, 2.0));
+        assert!(FragScoreConfig::parse("pair=x").is_err());
+        assert!(FragScoreConfig::parse("horizon=inf").is_err());
     }
 
     #[test]

@@ -1,15 +1,22 @@
 //! Our fragmentation-aware policy: the scoring lives in `crate::frag`; this adapter
-//! adds caching and GPU masks.
+//! adds caching, GPU masks and, when configured (`pair=`), the supply-aware pairing term
+//! (`docs/simulator.md#supply-aware-pairing`), which reads the whole cluster and so is added
+//! after the per-node cache.
 
 use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
 use crate::cluster::{Cluster, lowest_fitting_gpus};
 use crate::frag::{FragScoreConfig, FragScorer, reweighted_by_gpu, typical_workload};
+use hami_core::frag::pairing::HoleSupply;
 
 #[derive(Debug)]
 pub struct HamiFrag {
     scorer: FragScorer,
     cache: ScoreCache,
+    /// Sharing tasks seen so far (for the pairing term).
+    supply: HoleSupply,
+    pair: f64,
+    pair_horizon: f64,
 }
 
 impl HamiFrag {
@@ -28,6 +35,9 @@ impl HamiFrag {
         Self {
             scorer: FragScorer::new(workload, cfg, init.gpus_per_model),
             cache: ScoreCache::new(init.n_nodes, init.n_types),
+            supply: HoleSupply::default(),
+            pair: cfg.pair,
+            pair_horizon: cfg.pair_horizon,
         }
     }
 }
@@ -53,7 +63,23 @@ impl Policy for HamiFrag {
             this.cache.put(n, task.type_id, node.version, res.0, res.1);
             res
         };
-        let node = pick_best(feasible, ranks, |n| score_of(n, self).0)?;
+        let node = if self.pair != 0.0 && task.is_sharing() {
+            self.supply.observe(task.milli);
+            let waste = self.supply.waste(
+                cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied()),
+                self.pair_horizon,
+            );
+            let weight = self.pair;
+            pick_best(feasible, ranks, |n| {
+                let (score, gpu) = score_of(n, self);
+                let gain = gpu.map_or(0.0, |g| {
+                    waste.gain(cluster.nodes[n].gpu_free[g], task.milli)
+                });
+                score.map(|s| s + weight * gain)
+            })?
+        } else {
+            pick_best(feasible, ranks, |n| score_of(n, self).0)?
+        };
         let gpus = if task.is_sharing() {
             score_of(node, self).1.map_or(0, |g| 1u16 << g)
         } else {
