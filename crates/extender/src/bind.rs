@@ -147,19 +147,30 @@ impl Extender {
         uid: &str,
         node: &str,
     ) -> Result<(), Failure> {
-        self.await_write(uid, ns, name).await?;
         // The locks of the vendors the pod holds devices of (docs/vendors.md#node-locks).
         let locks = {
             let st = self.lock_state();
             let held = st.vendors_held(uid);
             NodeLocks::for_vendors(&self.registry, held.iter().map(String::as_str))
         };
-        let took = if locks.shared {
-            Some(self.acquire_node_lock(node, ns, name).await?)
-        } else {
-            None
-        };
+        // The node lock is taken while /filter's annotation write is still on its way:
+        // both are needed before the Binding, neither needs the other (the device plugin
+        // reads the pod only once it is bound), so their round trips overlap.
+        let (written, took) = tokio::join!(self.await_write(uid, ns, name), async {
+            if locks.shared {
+                self.acquire_node_lock(node, ns, name).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        });
+        let took = took?;
         let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
+        if let Err(f) = written {
+            if release_shared {
+                self.release_lock(node, ns, name).await;
+            }
+            return Err(f);
+        }
         let mut stamped = Vec::new();
         for (key, expiry) in &locks.stamps {
             if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
