@@ -1,6 +1,6 @@
 //! The bind mark: `hami.io/bind-phase=allocating` and `hami.io/bind-time`, what the
 //! device plugin's pending-pod lookup reads on a pod bound to its node
-//! (`docs/protocol.md#pod-annotations`).
+//! (`docs/protocol.md#pod-annotations-the-scheduler-writes`).
 //!
 //! HAMi writes it at Bind, between the node lock and the Binding. Here /filter's
 //! annotation write carries it, in the same patch as the decision, so /bind goes from
