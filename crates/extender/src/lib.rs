@@ -9,6 +9,7 @@
 //! learnt from the pods seen ([`frag_workload`]).
 
 pub mod bind;
+pub mod bind_mark;
 pub mod cli;
 pub mod dashboard;
 pub mod filter;
