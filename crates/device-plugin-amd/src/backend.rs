@@ -81,17 +81,23 @@ impl TreeDevices for AmdTree {
         "amd"
     }
 
-    /// The GPUs the node would register: those with a renderD known to KFD and facts
-    /// from the library.
+    /// The GPUs (partitions of a partitioned GPU each on its own) the node would
+    /// register: those with a renderD known to KFD and facts from the library, keyed by
+    /// their own address. One whose UUID repeats another's is not registered (a kernel
+    /// that does not number partitions in KFD's `location_id` gives every partition of a
+    /// GPU the same address, hence the same facts).
     fn list(&self) -> Result<Vec<AmdGpu>, BackendError> {
-        let mut out = Vec::new();
+        let mut out: Vec<AmdGpu> = Vec::new();
         for sys in sysfs::gpus(&self.roots.sysfs).map_err(discovery_error)? {
-            match self.facts.facts(&sys.pci_bdf).map_err(discovery_error)? {
-                Some(f) => out.push(AmdGpu { sys, facts: f }),
-                None => {
-                    tracing::warn!(pci = %sys.pci_bdf, source = self.facts.name(), "GPU unknown to the GPU library: not registered")
-                }
+            let Some(f) = self.facts.facts(&sys.address).map_err(discovery_error)? else {
+                tracing::warn!(pci = %sys.address, source = self.facts.name(), "GPU unknown to the GPU library: not registered");
+                continue;
+            };
+            if let Some(other) = out.iter().find(|g| g.facts.uuid == f.uuid) {
+                tracing::warn!(pci = %sys.address, render = sys.render, other_render = other.sys.render, uuid = %f.uuid, "GPU with the UUID of another: not registered");
+                continue;
             }
+            out.push(AmdGpu { sys, facts: f });
         }
         Ok(out)
     }

@@ -54,7 +54,7 @@ impl AmdHook {
 
 impl VendorHook for AmdHook {
     /// HAMi's AMD entry: `devcore` is the GPU's CU count, `custominfo.pciBDF` its PCI
-    /// address, no mode.
+    /// address (a partition's own, `dddd:bb:dd.<partition>`), no mode.
     fn register_info(&self, inventory: &Inventory, cfg: &PluginConfig) -> Vec<DeviceInfo> {
         inventory
             .register_info(cfg)
@@ -65,7 +65,7 @@ impl VendorHook for AmdHook {
                 info.mode = String::new();
                 info.custom_info.insert(
                     CUSTOM_PCI_BDF.into(),
-                    serde_json::Value::String(gpu.sys.pci_bdf.clone()),
+                    serde_json::Value::String(gpu.sys.address.clone()),
                 );
                 Some(info)
             })

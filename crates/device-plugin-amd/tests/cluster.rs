@@ -49,9 +49,13 @@ fn config(dir: &Path, hook: &Path) -> PluginConfig {
 }
 
 async fn start() -> Node_ {
+    start_with(&fake_tree::mi300x(2)).await
+}
+
+async fn start_with(gpus: &[fake_tree::FakeGpu]) -> Node_ {
     let node = PluginNode::start(NODE).await.unwrap();
     let tree = tempfile::tempdir().unwrap();
-    fake_tree::write(tree.path(), &fake_tree::mi300x(2)).unwrap();
+    fake_tree::write(tree.path(), gpus).unwrap();
     let roots = Roots {
         sysfs: tree.path().join("sys"),
         dev: tree.path().join("dev"),
@@ -306,4 +310,105 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
         !n.node.kubelet.dir().join("amd-gpu.sock").exists(),
         "socket removed on shutdown"
     );
+}
+
+/// An MI300X in CPX/NPS4 mode: eight partitions registered as devices of 38 CUs and an
+/// eighth of the VRAM each; a container given two partitions gets their own DRM nodes,
+/// ROCr UUIDs and CU masks counted within each partition, and a partition's CUs run out
+/// on their own.
+#[tokio::test]
+async fn cpx_partitions_register_and_allocate_as_devices() {
+    let mut n = start_with(&fake_tree::mi300x_partitioned(1, "CPX", "NPS4")).await;
+    n.registered(1).await;
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 80, WAIT).await);
+    let register = n
+        .node
+        .wait_node_annotation("hami.io/node-amd-register", WAIT, |_| true)
+        .await
+        .unwrap();
+    let entries: Value = serde_json::from_str(&register).unwrap();
+    let part = |k: u32| format!("8eff74b5-0000-1000-80{k:02x}-b56457add000");
+    let expected: Vec<Value> = (0..8)
+        .map(|k| {
+            json!({"id": part(k), "index": k + 1, "count": 10, "devmem": 24536,
+                "devcore": 38, "type": MODEL, "health": true,
+                "custominfo": {"pciBDF": format!("0000:0c:00.{k}")}})
+        })
+        .collect();
+    assert_eq!(entries, Value::Array(expected));
+
+    let (p1, p3) = (part(1), part(3));
+    let value = format!("{p1},{MODEL},24536,38:{p3},{MODEL},8192,19:;");
+    let pod = n
+        .scheduled(
+            "two-parts",
+            json!([gpu_container("a", 2)]),
+            &value,
+            json!({}),
+        )
+        .await;
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+    let dev_root = n.tree.path().join("dev");
+    let a = &admitted.get("a", RESOURCE).unwrap().response;
+    assert_eq!(
+        env(a),
+        BTreeMap::from([
+            ("HSA_CU_MASK", "0:0-37;1:0-18"),
+            (
+                "ROCR_VISIBLE_DEVICES",
+                "GPU-1407000000000100,GPU-1407000000000300"
+            ),
+            ("HIP_DEVICE_MEMORY_LIMIT", "24536m"),
+            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
+        ])
+    );
+    assert_eq!(
+        a.devices,
+        [
+            dev("/dev/kfd", &dev_root.join("kfd")),
+            dev("/dev/dri/card2", &dev_root.join("dri/card2")),
+            dev("/dev/dri/renderD129", &dev_root.join("dri/renderD129")),
+            dev("/dev/dri/card4", &dev_root.join("dri/card4")),
+            dev("/dev/dri/renderD131", &dev_root.join("dri/renderD131")),
+        ]
+    );
+    assert_eq!(
+        n.annotations("two-parts").await["hami.io/amd-cu-allocated"],
+        format!(r#"{{"{p1}":"0-37","{p3}":"0-18"}}"#)
+    );
+
+    // The rest of partition 3, then nothing left of it.
+    let value = format!("{p3},{MODEL},8192,19:;");
+    let pod = n
+        .scheduled("rest", json!([gpu_container("b", 1)]), &value, json!({}))
+        .await;
+    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+    let b = &admitted.get("b", RESOURCE).unwrap().response;
+    assert_eq!(env(b)["HSA_CU_MASK"], "0:19-37");
+    assert_eq!(env(b)["ROCR_VISIBLE_DEVICES"], "GPU-1407000000000300");
+    let value = format!("{p3},{MODEL},1024,1:;");
+    let pod = n
+        .scheduled(
+            "none-left",
+            json!([gpu_container("c", 1)]),
+            &value,
+            json!({}),
+        )
+        .await;
+    let err = n.node.kubelet.admit(&pod).await.unwrap_err().to_string();
+    assert!(
+        err.contains(&format!("device {p3}: 1 CUs wanted, only 0 of 38 free")),
+        "{err}"
+    );
+    assert_eq!(
+        n.annotations("none-left").await["hami.io/bind-phase"],
+        "failed"
+    );
+
+    n.shutdown.cancel();
+    tokio::time::timeout(WAIT, n.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
