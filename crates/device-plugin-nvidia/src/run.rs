@@ -36,12 +36,6 @@ pub enum RunError {
     FakeWorkloadNeedsFake,
 }
 
-impl From<hami_server::supervise::GaveUp> for RunError {
-    fn from(e: hami_server::supervise::GaveUp) -> Self {
-        RunError::Serve(e.into())
-    }
-}
-
 /// Parses the flags into the framework configuration.
 pub fn plugin_config(args: &ServeArgs) -> Result<PluginConfig, RunError> {
     let node = args
@@ -68,15 +62,14 @@ pub async fn serve(
     admin_listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    let (_, sup) = start(
-        cfg,
-        backend,
+    serving::serve_plugin(
+        plugin(cfg, backend),
         client,
         admin_listener,
         shutdown,
-        RestartPolicy::default(),
-    )?;
-    sup.run().await?;
+        |_| {},
+    )
+    .await?;
     Ok(())
 }
 
@@ -92,19 +85,23 @@ pub fn start(
     shutdown: CancellationToken,
     policy: RestartPolicy,
 ) -> Result<(Readiness, Supervisor), RunError> {
-    let plugin = VendorPlugin {
-        binary: BINARY,
-        cfg,
-        backend,
-        hook: Arc::new(HamiCoreHook),
-    };
     Ok(serving::start_plugin(
-        plugin,
+        plugin(cfg, backend),
         client,
         admin_listener,
         shutdown,
         policy,
     )?)
+}
+
+/// The NVIDIA plugin: HAMi-core's Allocate answer (the framework's default hook).
+fn plugin(cfg: PluginConfig, backend: Arc<dyn DeviceBackend>) -> VendorPlugin {
+    VendorPlugin {
+        binary: BINARY,
+        cfg,
+        backend,
+        hook: Arc::new(HamiCoreHook),
+    }
 }
 
 /// Loads everything the flags name and serves until `shutdown`.
@@ -132,19 +129,19 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
             interval: args.fake_workload_interval,
         });
     let c = client.clone();
-    let (_, mut sup) = start(
-        cfg,
-        selected.backend(),
+    serving::serve_plugin(
+        plugin(cfg, selected.backend()),
         client,
         admin_listener,
         shutdown,
-        RestartPolicy::default(),
-    )?;
-    if let Some(settings) = workload {
-        sup.spawn("fake workload", move |stop| {
-            crate::workload::run(c.clone(), settings.clone(), stop)
-        });
-    }
-    sup.run().await?;
+        |sup| {
+            if let Some(settings) = workload {
+                sup.spawn("fake workload", move |stop| {
+                    crate::workload::run(c.clone(), settings.clone(), stop)
+                });
+            }
+        },
+    )
+    .await?;
     Ok(())
 }

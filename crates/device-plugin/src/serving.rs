@@ -155,13 +155,27 @@ pub async fn serve_vendor(
     tracing::info!(node = %cfg.node_name, resource = %cfg.resource_name, split = cfg.split_count,
         backend = plugin.backend.name(), plugin_dir = %cfg.plugin_dir.display(),
         admin = %args.admin.address, "{} starting", plugin.binary);
-    let (_, sup) = start_plugin(
+    serve_plugin(plugin, client, admin_listener, shutdown, |_| {}).await
+}
+
+/// Runs `plugin` ([`start_plugin`]) supervised until `shutdown` or until a task keeps
+/// failing, with the tasks `extra` adds to the supervisor first (NVIDIA's fake
+/// workload).
+pub async fn serve_plugin(
+    plugin: VendorPlugin,
+    client: kube::Client,
+    admin_listener: TcpListener,
+    shutdown: CancellationToken,
+    extra: impl FnOnce(&mut Supervisor),
+) -> Result<(), ServeError> {
+    let (_, mut sup) = start_plugin(
         plugin,
         client,
         admin_listener,
         shutdown,
         RestartPolicy::default(),
     )?;
+    extra(&mut sup);
     sup.run().await?;
     Ok(())
 }
