@@ -1,7 +1,6 @@
 //! The AMD backend: GPUs from sysfs joined with the library facts, health from the
 //! device nodes, and a catalog the Allocate hook reads (DRM minors, ROCr UUIDs, CUs).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use hami_device_plugin::tree_backend::{TreeBackend, TreeDevices};
@@ -23,21 +22,7 @@ pub type Catalog = hami_device_plugin::facts_file::Catalog<AmdGpu>;
 /// The framework's backend over [`AmdTree`].
 pub type AmdBackend = TreeBackend<AmdTree>;
 
-/// Where the node's files are (`--sysfs-root`, `--dev-root`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Roots {
-    pub sysfs: PathBuf,
-    pub dev: PathBuf,
-}
-
-impl Default for Roots {
-    fn default() -> Self {
-        Roots {
-            sysfs: "/sys".into(),
-            dev: "/dev".into(),
-        }
-    }
-}
+pub use hami_device_plugin::tree_backend::Roots;
 
 /// AMD GPUs as the node's files and the GPU facts show them.
 pub struct AmdTree {
@@ -61,10 +46,7 @@ impl AmdTree {
 }
 
 fn discovery_error(detail: impl ToString) -> BackendError {
-    BackendError::Discovery {
-        backend: "amd".into(),
-        detail: detail.to_string(),
-    }
+    hami_device_plugin::tree_backend::discovery_error("amd", detail)
 }
 
 /// A GPU is healthy while `/dev/kfd` and its DRM nodes exist.

@@ -67,8 +67,7 @@ pub fn discover(args: &NodeArgs) -> Result<serde_json::Value, RunError> {
         serve.hook_path.clone(),
         args.roots.dev_root.clone(),
     );
-    let inventory = Inventory::new(devices, &cfg);
-    let register = hook.encode_register(&hook.register_info(&inventory, &cfg));
+    let register = hook.register_value(&Inventory::new(devices, &cfg), &cfg);
     Ok(serde_json::json!({
         "gpus": gpus.iter().map(|g| serde_json::json!({
             "pciBDF": g.sys.pci_bdf, "address": g.sys.address, "partition": g.sys.partition,

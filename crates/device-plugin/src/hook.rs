@@ -76,6 +76,12 @@ pub trait VendorHook: Send + Sync + 'static {
         encode_node_register_json(entries)
     }
 
+    /// The register annotation's value for the inventory: what the publisher writes and
+    /// `discover` prints.
+    fn register_value(&self, inventory: &Inventory, cfg: &PluginConfig) -> String {
+        self.encode_register(&self.register_info(inventory, cfg))
+    }
+
     /// Whether the handshake annotation is answered `Reported <time>` every register
     /// round (HAMi's DCU plugin, whose scheduler re-reads the register annotation only
     /// after such an answer) rather than only when kubelet cannot vouch for the node
