@@ -153,6 +153,27 @@ fn dev(container: &str, host: &Path) -> DeviceSpec {
     }
 }
 
+/// `/dev/kfd` and the DRM nodes `(card, renderD)` of each GPU, under `dev_root`.
+fn gpu_devices(dev_root: &Path, gpus: &[(u32, u32)]) -> Vec<DeviceSpec> {
+    let mut out = vec![dev("/dev/kfd", &dev_root.join("kfd"))];
+    for (card, render) in gpus {
+        for node in [format!("dri/card{card}"), format!("dri/renderD{render}")] {
+            out.push(dev(&format!("/dev/{node}"), &dev_root.join(&node)));
+        }
+    }
+    out
+}
+
+/// The environment of a container with GPUs.
+fn gpu_env<'a>(cu_mask: &'a str, visible: &'a str, limit: &'a str) -> BTreeMap<&'a str, &'a str> {
+    BTreeMap::from([
+        ("HSA_CU_MASK", cu_mask),
+        ("ROCR_VISIBLE_DEVICES", visible),
+        ("HIP_DEVICE_MEMORY_LIMIT", limit),
+        ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
+    ])
+}
+
 #[tokio::test]
 async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last() {
     let mut n = start().await;
@@ -196,26 +217,13 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
     let a = &admitted.get("a", RESOURCE).unwrap().response;
     assert_eq!(
         env(a),
-        BTreeMap::from([
-            ("HSA_CU_MASK", "0:0-75;1:0-75"),
-            (
-                "ROCR_VISIBLE_DEVICES",
-                "GPU-1407000000000000,GPU-1407000000000001"
-            ),
-            ("HIP_DEVICE_MEMORY_LIMIT", "16384m"),
-            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
-        ])
+        gpu_env(
+            "0:0-75;1:0-75",
+            "GPU-1407000000000000,GPU-1407000000000001",
+            "16384m"
+        )
     );
-    assert_eq!(
-        a.devices,
-        [
-            dev("/dev/kfd", &dev_root.join("kfd")),
-            dev("/dev/dri/card1", &dev_root.join("dri/card1")),
-            dev("/dev/dri/renderD128", &dev_root.join("dri/renderD128")),
-            dev("/dev/dri/card2", &dev_root.join("dri/card2")),
-            dev("/dev/dri/renderD129", &dev_root.join("dri/renderD129")),
-        ]
-    );
+    assert_eq!(a.devices, gpu_devices(&dev_root, &[(1, 128), (2, 129)]));
     assert_eq!(a.mounts.len(), 1);
     assert_eq!(a.mounts[0].container_path, "/usr/local/vgpu/libamvgpu.so");
     assert_eq!(
@@ -352,26 +360,13 @@ async fn cpx_partitions_register_and_allocate_as_devices() {
     let a = &admitted.get("a", RESOURCE).unwrap().response;
     assert_eq!(
         env(a),
-        BTreeMap::from([
-            ("HSA_CU_MASK", "0:0-37;1:0-18"),
-            (
-                "ROCR_VISIBLE_DEVICES",
-                "GPU-1407000000000100,GPU-1407000000000300"
-            ),
-            ("HIP_DEVICE_MEMORY_LIMIT", "24536m"),
-            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
-        ])
+        gpu_env(
+            "0:0-37;1:0-18",
+            "GPU-1407000000000100,GPU-1407000000000300",
+            "24536m"
+        )
     );
-    assert_eq!(
-        a.devices,
-        [
-            dev("/dev/kfd", &dev_root.join("kfd")),
-            dev("/dev/dri/card2", &dev_root.join("dri/card2")),
-            dev("/dev/dri/renderD129", &dev_root.join("dri/renderD129")),
-            dev("/dev/dri/card4", &dev_root.join("dri/card4")),
-            dev("/dev/dri/renderD131", &dev_root.join("dri/renderD131")),
-        ]
-    );
+    assert_eq!(a.devices, gpu_devices(&dev_root, &[(2, 129), (4, 131)]));
     assert_eq!(
         n.annotations("two-parts").await["hami.io/amd-cu-allocated"],
         format!(r#"{{"{p1}":"0-37","{p3}":"0-18"}}"#)

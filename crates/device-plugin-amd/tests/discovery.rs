@@ -1,20 +1,29 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Discovery on a fake MI300X tree.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use hami_device_plugin::DeviceBackend;
 use hami_device_plugin_amd::{AmdBackend, AmdTree, FileFacts, Roots, fake_tree, sysfs};
 
+/// The roots of the fake tree written under `dir` and a backend reading it.
+fn tree(dir: &Path) -> (Roots, AmdBackend) {
+    let roots = Roots {
+        sysfs: dir.join("sys"),
+        dev: dir.join("dev"),
+    };
+    let facts = Arc::new(FileFacts::new(dir.join("gpu-facts.json")));
+    let backend = AmdBackend::new(AmdTree::new(roots.clone(), facts), Duration::from_secs(1));
+    (roots, backend)
+}
+
 #[test]
 fn kfd_and_amdgpu_sysfs_give_the_gpus_with_their_facts() {
     let dir = tempfile::tempdir().unwrap();
     fake_tree::write(dir.path(), &fake_tree::mi300x(2)).unwrap();
-    let roots = Roots {
-        sysfs: dir.path().join("sys"),
-        dev: dir.path().join("dev"),
-    };
+    let (roots, backend) = tree(dir.path());
     let gpus = sysfs::gpus(&roots.sysfs).unwrap();
     assert_eq!(gpus.len(), 2);
     assert_eq!(gpus[0].pci_bdf, "0000:0c:00.0");
@@ -24,13 +33,6 @@ fn kfd_and_amdgpu_sysfs_give_the_gpus_with_their_facts() {
     assert_eq!(gpus[0].rocr_uuid, "GPU-1407000000000000");
     assert_eq!(gpus[0].compute_partition.as_deref(), Some("spx"));
 
-    let backend = AmdBackend::new(
-        AmdTree::new(
-            roots.clone(),
-            Arc::new(FileFacts::new(dir.path().join("gpu-facts.json"))),
-        ),
-        Duration::from_secs(1),
-    );
     let devices = backend.discover().unwrap();
     assert_eq!(devices.len(), 2);
     assert_eq!(devices[0].uuid, "8eff74b5-0000-1000-801b-b56457add000");
@@ -98,10 +100,7 @@ fn cpx_partitions_are_devices_of_their_own() {
     let unused = dir.path().join("sys/devices/platform/amdgpu_xcp_20/drm");
     std::fs::create_dir_all(unused.join("card60")).unwrap();
     std::fs::create_dir_all(unused.join("renderD187")).unwrap();
-    let roots = Roots {
-        sysfs: dir.path().join("sys"),
-        dev: dir.path().join("dev"),
-    };
+    let (roots, backend) = tree(dir.path());
     let found = sysfs::gpus(&roots.sysfs).unwrap();
     type Row<'a> = (&'a str, u32, Option<&'a str>, u32, u32, i32);
     let summary: Vec<Row<'_>> = found
@@ -148,13 +147,6 @@ fn cpx_partitions_are_devices_of_their_own() {
     assert_eq!(found[2].rocr_uuid, "GPU-1407000000000100");
     assert_eq!(found[9].rocr_uuid, "GPU-1407000000000101");
 
-    let backend = AmdBackend::new(
-        AmdTree::new(
-            roots.clone(),
-            Arc::new(FileFacts::new(dir.path().join("gpu-facts.json"))),
-        ),
-        Duration::from_secs(1),
-    );
     let devices = backend.discover().unwrap();
     assert_eq!(devices.len(), 12);
     assert_eq!(devices[2].uuid, "8eff74b5-0000-1000-8001-b56457add000");
@@ -184,17 +176,7 @@ fn dpx_partitions_and_unnumbered_partitions() {
     let dir = tempfile::tempdir().unwrap();
     let gpus = fake_tree::mi300x_partitioned(1, "DPX", "NPS1");
     fake_tree::write(dir.path(), &gpus).unwrap();
-    let roots = Roots {
-        sysfs: dir.path().join("sys"),
-        dev: dir.path().join("dev"),
-    };
-    let backend = AmdBackend::new(
-        AmdTree::new(
-            roots.clone(),
-            Arc::new(FileFacts::new(dir.path().join("gpu-facts.json"))),
-        ),
-        Duration::from_secs(1),
-    );
+    let (roots, backend) = tree(dir.path());
     let devices = backend.discover().unwrap();
     let ids: Vec<(&str, u64)> = devices
         .iter()
