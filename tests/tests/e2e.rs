@@ -938,27 +938,19 @@ async fn amd_and_dcu_plugin_restart_rebuild_their_state() {
     }
 
     // The same shapes again, pinned to the same devices.
+    let again = |name: &str, key: &str, device: &str| {
+        let mut ex = before.iter().find(|e| e.pod.name == name).unwrap().clone();
+        ex.pod = ex.pod.annotation(key, device);
+        ex.pod.name = format!("{name}-after");
+        ex
+    };
     let after = vec![
-        VendorExample {
-            pod: GpuPod::new("amd-after")
-                .resource("amd.com/gpu", "1")
-                .resource("amd.com/gpumem", "16384")
-                .resource("amd.com/gpucores", "25")
-                .annotation(hami_core::vendor::amd::USE_UUID, &gpu),
-            about: "the MI300X slice's GPU again, after the restart",
-        },
-        VendorExample {
-            pod: GpuPod::new("dcu-partial-after")
-                .resource("hygon.com/dcunum", "1")
-                .resource("hygon.com/dcumem", "8192")
-                .resource("hygon.com/dcucores", "50")
-                .annotation(hami_core::vendor::hygon::USE_UUID, &card),
-            about: "the partial K100_AI's card again, after the restart",
-        },
+        again("amd-slice", hami_core::vendor::amd::USE_UUID, &gpu),
+        again("dcu-partial", hami_core::vendor::hygon::USE_UUID, &card),
     ];
     let outcome_after = vendor_examples::run(&cluster, &after).await;
     assert!(outcome_after.ok(), "{:#?}", outcome_after.problems);
-    assert_eq!(first_device(&outcome_after, "amd-after"), gpu);
+    assert_eq!(first_device(&outcome_after, "amd-slice-after"), gpu);
     assert_eq!(first_device(&outcome_after, "dcu-partial-after"), card);
 
     // AMD: no CU of the GPU given twice.
@@ -970,7 +962,7 @@ async fn amd_and_dcu_plugin_restart_rebuild_their_state() {
             .to_string();
         hami_device_plugin_amd::cu::parse_annotation(pod, &v).unwrap()[&gpu].clone()
     };
-    let (a, b) = (cus("amd-slice"), cus("amd-after"));
+    let (a, b) = (cus("amd-slice"), cus("amd-slice-after"));
     assert_eq!((a.len(), b.len()), (76, 76));
     assert!(a.is_disjoint(&b), "{a:?} / {b:?}");
 

@@ -134,6 +134,33 @@ impl Node_ {
     }
 }
 
+impl Node_ {
+    /// Schedules pod `name` (no extra annotations) and has kubelet admit it.
+    async fn admit(
+        &self,
+        name: &str,
+        containers: Value,
+        to_allocate: &str,
+    ) -> Result<hami_testkit::kubelet::Admission, hami_testkit::kubelet::AdmitError> {
+        let pod = self
+            .scheduled(name, containers, to_allocate, json!({}))
+            .await;
+        self.node.kubelet.admit(&pod).await
+    }
+
+    /// Stops the plugin gracefully (it must end without error); the node stays up
+    /// while the caller holds it.
+    async fn stop(self) -> PluginNode {
+        self.shutdown.cancel();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        self.node
+    }
+}
+
 fn gpu_container(name: &str, gpus: u32) -> Value {
     json!({"name": name, "image": "rocm", "resources": {"limits": {RESOURCE: gpus.to_string()}}})
 }
@@ -204,15 +231,14 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
     // Two containers, one Allocate call each: the lock stays until the second.
     let value =
         format!("{GPU0},{MODEL},16384,76:{GPU1},{MODEL},16384,76:;{GPU0},{MODEL},8192,38:;");
-    let pod = n
-        .scheduled(
+    let admitted = n
+        .admit(
             "train",
             json!([gpu_container("a", 2), gpu_container("b", 1)]),
             &value,
-            json!({}),
         )
-        .await;
-    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+        .await
+        .unwrap();
     let dev_root = n.tree.path().join("dev");
     let a = &admitted.get("a", RESOURCE).unwrap().response;
     assert_eq!(
@@ -255,19 +281,14 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
 
     // The next pod's CUs are first-fit after what live pods hold.
     let value = format!("{GPU1},{MODEL},4096,10:;");
-    let pod = n
-        .scheduled("infer", json!([gpu_container("c", 1)]), &value, json!({}))
-        .await;
-    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+    let admitted = n
+        .admit("infer", json!([gpu_container("c", 1)]), &value)
+        .await
+        .unwrap();
     let c = &admitted.get("c", RESOURCE).unwrap().response;
     assert_eq!(env(c)["HSA_CU_MASK"], "0:76-85");
 
-    n.shutdown.cancel();
-    tokio::time::timeout(WAIT, n.task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    n.stop().await;
 }
 
 #[tokio::test]
@@ -289,10 +310,11 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
             .unwrap();
     }
     let value = format!("{GPU0},{MODEL},4096,10:;");
-    let pod = n
-        .scheduled("new", json!([gpu_container("c", 1)]), &value, json!({}))
-        .await;
-    let err = n.node.kubelet.admit(&pod).await.unwrap_err().to_string();
+    let err = n
+        .admit("new", json!([gpu_container("c", 1)]), &value)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("CUs 0-9 are held by two pods"), "{err}");
     let ann = n.annotations("new").await;
     assert_eq!(ann["hami.io/bind-phase"], "failed");
@@ -308,14 +330,9 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
     std::fs::remove_file(n.tree.path().join("dev/dri/renderD129")).unwrap();
     assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 10, WAIT).await);
 
-    n.shutdown.cancel();
-    tokio::time::timeout(WAIT, n.task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let node = n.stop().await;
     assert!(
-        !n.node.kubelet.dir().join("amd-gpu.sock").exists(),
+        !node.kubelet.dir().join("amd-gpu.sock").exists(),
         "socket removed on shutdown"
     );
 }
@@ -347,15 +364,10 @@ async fn cpx_partitions_register_and_allocate_as_devices() {
 
     let (p1, p3) = (part(1), part(3));
     let value = format!("{p1},{MODEL},24536,38:{p3},{MODEL},8192,19:;");
-    let pod = n
-        .scheduled(
-            "two-parts",
-            json!([gpu_container("a", 2)]),
-            &value,
-            json!({}),
-        )
-        .await;
-    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+    let admitted = n
+        .admit("two-parts", json!([gpu_container("a", 2)]), &value)
+        .await
+        .unwrap();
     let dev_root = n.tree.path().join("dev");
     let a = &admitted.get("a", RESOURCE).unwrap().response;
     assert_eq!(
@@ -374,23 +386,19 @@ async fn cpx_partitions_register_and_allocate_as_devices() {
 
     // The rest of partition 3, then nothing left of it.
     let value = format!("{p3},{MODEL},8192,19:;");
-    let pod = n
-        .scheduled("rest", json!([gpu_container("b", 1)]), &value, json!({}))
-        .await;
-    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+    let admitted = n
+        .admit("rest", json!([gpu_container("b", 1)]), &value)
+        .await
+        .unwrap();
     let b = &admitted.get("b", RESOURCE).unwrap().response;
     assert_eq!(env(b)["HSA_CU_MASK"], "0:19-37");
     assert_eq!(env(b)["ROCR_VISIBLE_DEVICES"], "GPU-1407000000000300");
     let value = format!("{p3},{MODEL},1024,1:;");
-    let pod = n
-        .scheduled(
-            "none-left",
-            json!([gpu_container("c", 1)]),
-            &value,
-            json!({}),
-        )
-        .await;
-    let err = n.node.kubelet.admit(&pod).await.unwrap_err().to_string();
+    let err = n
+        .admit("none-left", json!([gpu_container("c", 1)]), &value)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(
         err.contains(&format!("device {p3}: 1 CUs wanted, only 0 of 38 free")),
         "{err}"
@@ -400,10 +408,5 @@ async fn cpx_partitions_register_and_allocate_as_devices() {
         "failed"
     );
 
-    n.shutdown.cancel();
-    tokio::time::timeout(WAIT, n.task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    n.stop().await;
 }
