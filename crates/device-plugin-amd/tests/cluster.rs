@@ -11,7 +11,7 @@ use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
 use hami_device_plugin_amd::cli::{BINARY, Cli};
 use hami_device_plugin_amd::{AmdBackend, AmdHook, AmdTree, FileFacts, RESOURCE, Roots, fake_tree};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
-use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode};
+use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode, stop_plugin};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -151,12 +151,7 @@ impl Node_ {
     /// Stops the plugin gracefully (it must end without error); the node stays up
     /// while the caller holds it.
     async fn stop(self) -> PluginNode {
-        self.shutdown.cancel();
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        stop_plugin(&self.shutdown, self.task, WAIT).await.unwrap();
         self.node
     }
 }
