@@ -186,14 +186,31 @@ fn gpu_devices(dev_root: &Path, gpus: &[(u32, u32)]) -> Vec<DeviceSpec> {
     out
 }
 
-/// The environment of a container with GPUs.
-fn gpu_env<'a>(cu_mask: &'a str, visible: &'a str, limit: &'a str) -> BTreeMap<&'a str, &'a str> {
-    BTreeMap::from([
-        ("HSA_CU_MASK", cu_mask),
-        ("ROCR_VISIBLE_DEVICES", visible),
-        ("HIP_DEVICE_MEMORY_LIMIT", limit),
-        ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
-    ])
+/// What container `name` of an admitted pod got: exactly this environment of a
+/// container with GPUs, `/dev/kfd` and the DRM nodes `(card, renderD)` of its GPUs.
+fn assert_gpu_container(
+    n: &Node_,
+    admitted: &hami_testkit::kubelet::Admission,
+    name: &str,
+    (cu_mask, visible, limit): (&str, &str, &str),
+    drm: &[(u32, u32)],
+) {
+    let r = &admitted.get(name, RESOURCE).unwrap().response;
+    assert_eq!(
+        env(r),
+        BTreeMap::from([
+            ("HSA_CU_MASK", cu_mask),
+            ("ROCR_VISIBLE_DEVICES", visible),
+            ("HIP_DEVICE_MEMORY_LIMIT", limit),
+            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
+        ]),
+        "container {name}"
+    );
+    assert_eq!(
+        r.devices,
+        gpu_devices(&n.tree.path().join("dev"), drm),
+        "container {name}"
+    );
 }
 
 #[tokio::test]
@@ -234,17 +251,18 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
         )
         .await
         .unwrap();
-    let dev_root = n.tree.path().join("dev");
-    let a = &admitted.get("a", RESOURCE).unwrap().response;
-    assert_eq!(
-        env(a),
-        gpu_env(
+    assert_gpu_container(
+        &n,
+        &admitted,
+        "a",
+        (
             "0:0-75;1:0-75",
             "GPU-1407000000000000,GPU-1407000000000001",
-            "16384m"
-        )
+            "16384m",
+        ),
+        &[(1, 128), (2, 129)],
     );
-    assert_eq!(a.devices, gpu_devices(&dev_root, &[(1, 128), (2, 129)]));
+    let a = &admitted.get("a", RESOURCE).unwrap().response;
     assert_eq!(a.mounts.len(), 1);
     assert_eq!(a.mounts[0].container_path, "/usr/local/vgpu/libamvgpu.so");
     assert_eq!(
@@ -363,17 +381,17 @@ async fn cpx_partitions_register_and_allocate_as_devices() {
         .admit("two-parts", json!([gpu_container("a", 2)]), &value)
         .await
         .unwrap();
-    let dev_root = n.tree.path().join("dev");
-    let a = &admitted.get("a", RESOURCE).unwrap().response;
-    assert_eq!(
-        env(a),
-        gpu_env(
+    assert_gpu_container(
+        &n,
+        &admitted,
+        "a",
+        (
             "0:0-37;1:0-18",
             "GPU-1407000000000100,GPU-1407000000000300",
-            "24536m"
-        )
+            "24536m",
+        ),
+        &[(2, 129), (4, 131)],
     );
-    assert_eq!(a.devices, gpu_devices(&dev_root, &[(2, 129), (4, 131)]));
     assert_eq!(
         n.annotations("two-parts").await["hami.io/amd-cu-allocated"],
         format!(r#"{{"{p1}":"0-37","{p3}":"0-18"}}"#)
