@@ -146,6 +146,24 @@ pub async fn live_node_pods(
         .collect())
 }
 
+/// [`live_node_pods`] with `pod`, the one being allocated, last and as this call found it
+/// (the list may not show it yet, or show an older copy).
+pub async fn live_node_pods_and(
+    kube: &kube::Client,
+    node: &str,
+    pod: &Pod,
+    purpose: &str,
+) -> Result<Vec<Pod>, HookError> {
+    let uid = pod.metadata.uid.as_deref();
+    let mut pods: Vec<Pod> = live_node_pods(kube, node, purpose)
+        .await?
+        .into_iter()
+        .filter(|p| p.metadata.uid.as_deref() != uid)
+        .collect();
+    pods.push(pod.clone());
+    Ok(pods)
+}
+
 /// NVIDIA's answer: HAMi-core (`libvgpu.so`) environment and mounts ([`libvgpu`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HamiCoreHook;
