@@ -94,14 +94,9 @@ async fn start_with(gpus: &[fake_tree::FakeGpu]) -> Node_ {
 
 impl Node_ {
     async fn registered(&mut self, times: u64) {
-        let ok = tokio::time::timeout(
-            WAIT,
-            self.status
-                .wait_for(|s| s.registered && s.registrations >= times),
-        )
-        .await
-        .is_ok();
-        assert!(ok, "not registered {times}x: {:?}", *self.status.borrow());
+        if let Err(last) = PluginStatus::wait_registered(&mut self.status, times, WAIT).await {
+            panic!("not registered {times}x: {last:?}");
+        }
     }
 
     async fn node_annotation(&self, key: &str) -> Option<String> {
