@@ -217,9 +217,14 @@ fn xcp_number(name: &str) -> Option<u32> {
 /// NUMA node and partition modes; its GPU is the PCI device at its KFD address.
 fn partitions(sysfs: &Path, kfd: &[KfdNode], gpus: &[SysGpu]) -> Vec<SysGpu> {
     let platform = sysfs.join("devices/platform");
-    // No platform bus directory (a fake tree) means no partitions.
-    let Ok(names) = read_dir_names(&platform) else {
-        return Vec::new();
+    let names = match read_dir_names(&platform) {
+        Ok(names) => names,
+        // No platform bus directory (a fake tree) means no partitions.
+        Err(_) if !platform.exists() => return Vec::new(),
+        Err(e) => {
+            tracing::warn!(error = %e, "partitions not read: only whole GPUs are devices");
+            return Vec::new();
+        }
     };
     let mut names: Vec<(u32, String)> = names
         .into_iter()

@@ -11,7 +11,7 @@ async fn main() -> anyhow::Result<()> {
         Some(Command::Discover(args)) => Invocation::Discover(args),
     };
     run_command(
-        "hami-device-plugin-nvidia",
+        run::BINARY,
         &cli.log,
         invocation,
         run::run,

@@ -16,8 +16,8 @@ use crate::backends::Selected;
 use crate::cli::ServeArgs;
 use crate::settings::{self, SettingsError};
 
-/// The binary's name, in its start-up log line.
-const BINARY: &str = "hami-device-plugin-nvidia";
+/// The binary's name, in its start-up log line and errors.
+pub const BINARY: &str = "hami-device-plugin-nvidia";
 
 /// Why the plugin could not start or stopped.
 #[derive(Debug, thiserror::Error)]
