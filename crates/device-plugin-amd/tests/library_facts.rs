@@ -61,9 +61,9 @@ fn args(root: &Path, source: Option<FactsSourceKind>, smi: PathBuf, drm: PathBuf
     }
 }
 
-#[test]
-fn the_libraries_give_what_the_facts_file_gives() {
-    let n = node(2);
+/// `discover` with the fake libraries answering for `n`'s devices, checked equal to
+/// `discover` with the facts file.
+fn libraries_as_file(n: &Node) -> serde_json::Value {
     let libs = tempfile::tempdir().unwrap();
     let smi = testing::fake_amd_smi(libs.path(), &smi_gpus(&n.gpus), 0).unwrap();
     let drm = testing::fake_libdrm_amdgpu(libs.path()).unwrap();
@@ -78,6 +78,13 @@ fn the_libraries_give_what_the_facts_file_gives() {
     file.gpu_facts = Some(n.dir.path().join("gpu-facts.json"));
     let from_file = hami_device_plugin_amd::run::discover(&file).unwrap();
     assert_eq!(from_libraries, from_file);
+    from_libraries
+}
+
+#[test]
+fn the_libraries_give_what_the_facts_file_gives() {
+    let n = node(2);
+    let from_libraries = libraries_as_file(&n);
     assert_eq!(from_libraries["gpus"][1]["uuid"], n.gpus[1].uuid);
     assert_eq!(from_libraries["gpus"][1]["vramMiB"], 196_288);
     assert_eq!(from_libraries["gpus"][1]["cuCount"], 304);
@@ -89,22 +96,7 @@ fn the_libraries_give_what_the_facts_file_gives() {
 #[test]
 fn cpx_partitions_get_their_own_library_facts() {
     let n = node_of(fake_tree::mi300x_partitioned(1, "CPX", "NPS4"));
-    let libs = tempfile::tempdir().unwrap();
-    let smi = testing::fake_amd_smi(libs.path(), &smi_gpus(&n.gpus), 0).unwrap();
-    let drm = testing::fake_libdrm_amdgpu(libs.path()).unwrap();
-    let from_libraries =
-        hami_device_plugin_amd::run::discover(&args(n.dir.path(), None, smi, drm)).unwrap();
-    let mut file = args(
-        n.dir.path(),
-        Some(FactsSourceKind::File),
-        "".into(),
-        "".into(),
-    );
-    file.gpu_facts = Some(n.dir.path().join("gpu-facts.json"));
-    assert_eq!(
-        from_libraries,
-        hami_device_plugin_amd::run::discover(&file).unwrap()
-    );
+    let from_libraries = libraries_as_file(&n);
     let gpus = from_libraries["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), 8, "{from_libraries}");
     let p3 = gpus
