@@ -96,6 +96,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "devicePlugin": {
             "amd": {
                 "enabled": True,
+                "factsSource": "file",
                 "gpuFacts": {
                     "0000:0c:00.0": {
                         "uuid": "8eff74b5-0000-1000-801b-b56457add000",
@@ -112,6 +113,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "devicePlugin": {
             "dcu": {
                 "enabled": True,
+                "factsSource": "file",
                 "dcuFacts": {
                     "0000:3d:00.0": {
                         "index": 0,

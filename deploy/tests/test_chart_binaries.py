@@ -39,10 +39,12 @@ CONTRACT = {
     "hami-device-plugin-amd": {
         "--device-plugin-path", "--hook-path", "--sysfs-root", "--dev-root", "--gpu-facts",
         "--split-count", "--admin-address", "--register-interval",
+        "--facts-source", "--amd-smi-lib", "--libdrm-amdgpu-lib",
     },
     "hami-device-plugin-dcu": {
         "--device-plugin-path", "--sysfs-root", "--dev-root", "--dcu-facts", "--vgpu-dir", "--vdev-dir",
         "--hygon-path", "--hyhal-path", "--split-count", "--admin-address", "--register-interval",
+        "--facts-source", "--rocm-smi-lib",
     },
     "hami-webhook": {
         "--bind-address", "--tls-cert-file", "--tls-key-file", "--admin-address",

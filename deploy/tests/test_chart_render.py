@@ -911,6 +911,48 @@ def test_amd_device_plugin_daemonset(rendered: dict[str, Rendered]) -> None:
     assert only.get("ServiceAccount", name("device-plugin"))
 
 
+def test_amd_device_plugin_reads_the_vendor_libraries_by_default(rendered: dict[str, Rendered]) -> None:
+    out = rendered["amd-only"]
+    ds = out.get("DaemonSet", name("device-plugin") + "-amd")
+    spec = pod_spec(ds)
+    dp = container(ds, "device-plugin")
+    args = args_map(dp["args"])
+    assert args["--facts-source"] == "library"
+    assert args["--amd-smi-lib"] == "/opt/rocm/lib/libamd_smi.so"
+    assert args["--libdrm-amdgpu-lib"] == "/opt/amdgpu/lib/x86_64-linux-gnu/libdrm_amdgpu.so.1"
+    assert "--gpu-facts" not in args
+    assert out.maybe("ConfigMap", name("device-plugin") + "-amd-gpu-facts") is None
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in dp["volumeMounts"]}
+    assert "gpu-facts" not in vols and "gpu-facts" not in mounts
+    for i, path in enumerate(["/opt/rocm", "/opt/amdgpu"]):
+        assert vols[f"vendor-lib-{i}"]["hostPath"] == {"path": path, "type": "Directory"}
+        assert mounts[f"vendor-lib-{i}"] == {"name": f"vendor-lib-{i}", "mountPath": path, "readOnly": True}
+    env = {e["name"]: e.get("value") for e in dp["env"]}
+    assert env["LD_LIBRARY_PATH"] == "/opt/rocm/lib:/opt/amdgpu/lib/x86_64-linux-gnu"
+    # libdrm opens the render nodes, which only a privileged container may.
+    assert dp["securityContext"]["privileged"] is True
+    assert "allowPrivilegeEscalation" not in dp["securityContext"]
+
+
+def test_dcu_device_plugin_reads_rocm_smi_by_default(rendered: dict[str, Rendered]) -> None:
+    out = rendered["dcu-only"]
+    ds = out.get("DaemonSet", name("device-plugin") + "-dcu")
+    spec = pod_spec(ds)
+    dp = container(ds, "device-plugin")
+    args = args_map(dp["args"])
+    assert args["--facts-source"] == "library"
+    assert args["--rocm-smi-lib"] == "/opt/hyhal/lib/librocm_smi64.so"
+    assert "--dcu-facts" not in args
+    assert out.maybe("ConfigMap", name("device-plugin") + "-dcu-dcu-facts") is None
+    vols = {v["name"]: v for v in spec["volumes"]}
+    mounts = {m["name"]: m for m in dp["volumeMounts"]}
+    assert "dcu-facts" not in vols
+    assert vols["hyhal"]["hostPath"] == {"path": "/opt/hyhal", "type": "Directory"}
+    assert mounts["hyhal"] == {"name": "hyhal", "mountPath": "/opt/hyhal", "readOnly": True}
+    assert dp["securityContext"]["privileged"] is True
+
+
 def test_dcu_device_plugin_daemonset(rendered: dict[str, Rendered]) -> None:
     assert rendered["default"].maybe("DaemonSet", name("device-plugin") + "-dcu") is None
     out = rendered["dcu-plugin"]

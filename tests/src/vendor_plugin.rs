@@ -45,7 +45,9 @@ impl VendorPlugin {
             NodeVendor::Nvidia => Ok(None),
             NodeVendor::Amd { gpus } => {
                 amd_tree::write(tree, &amd_tree::mi300x(gpus)).map_err(written)?;
+                // No AMD SMI or libdrm here: the facts come from the tree's file.
                 let flags = [
+                    "--facts-source=file".to_string(),
                     format!("--gpu-facts={}", tree.join("gpu-facts.json").display()),
                     format!("--hook-path={}", tree.join("hook").display()),
                 ];
@@ -56,7 +58,9 @@ impl VendorPlugin {
             }
             NodeVendor::Dcu { cards } => {
                 dcu_tree::write(tree, &dcu_tree::k100_ai(cards)).map_err(written)?;
+                // No ROCm SMI here: the facts come from the tree's file.
                 let flags = [
+                    "--facts-source=file".to_string(),
                     format!("--dcu-facts={}", tree.join("dcu-facts.json").display()),
                     format!("--vgpu-dir={}", tree.join("vgpu").display()),
                     format!("--vdev-dir={}", tree.join("etc-vdev").display()),

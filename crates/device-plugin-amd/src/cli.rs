@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use hami_device_plugin::facts_file::FactsSourceKind;
 use hami_device_plugin::vendor_args::{
     RootArgs, VendorBinary, VendorCli, VendorCommand, VendorServeArgs,
 };
@@ -15,7 +16,10 @@ pub const BINARY: VendorBinary = VendorBinary {
         Without a subcommand it serves the kubelet device plugin API on \
         <device-plugin-path>/amd-gpu.sock and registers amd.com/gpu, advertising every GPU \
         --split-count times. GPUs come from the KFD topology and amdgpu's PCI devices under \
-        --sysfs-root; their UUID, market name, VRAM and CU count from --gpu-facts. It \
+        --sysfs-root; their UUID and market name from AMD SMI (--amd-smi-lib), their VRAM \
+        and CU count from libdrm_amdgpu (--libdrm-amdgpu-lib) through the GPU's render \
+        node, both loaded at start-up (a missing library stops the plugin, naming it), or \
+        all four from a file (--facts-source=file --gpu-facts) on nodes without them. It \
         publishes them in the node annotation hami.io/node-amd-register (JSON) for the \
         scheduler, and on Allocate gives each container /dev/kfd, its GPUs' DRM nodes, \
         HSA_CU_MASK (a first-fit choice of free compute units, recorded in the pod's \
@@ -38,11 +42,26 @@ pub struct NodeArgs {
     #[command(flatten)]
     pub roots: RootArgs,
 
-    /// GPU facts the kernel does not expose, by PCI address (JSON:
+    /// Where the GPU facts the kernel does not expose come from: `library` (AMD SMI and
+    /// libdrm_amdgpu, loaded at start-up) or `file` (--gpu-facts). Default: `file` when
+    /// --gpu-facts is given, else `library`.
+    #[arg(long, env = "FACTS_SOURCE", value_enum)]
+    pub facts_source: Option<FactsSourceKind>,
+
+    /// With --facts-source=file: the GPU facts by PCI address (JSON:
     /// {"0000:0c:00.0": {"uuid", "market_name", "vram_mib", "cu_count"}}), re-read on
     /// every discovery.
-    #[arg(long, env = "GPU_FACTS", required = true)]
+    #[arg(long, env = "GPU_FACTS", required_if_eq("facts_source", "file"))]
     pub gpu_facts: Option<PathBuf>,
+
+    /// AMD SMI, for each GPU's UUID and market name (a file name is looked up on the
+    /// loader's path; ROCm installs it in /opt/rocm/lib).
+    #[arg(long, env = "AMD_SMI_LIB", default_value = crate::lib_facts::AMD_SMI_FILE)]
+    pub amd_smi_lib: PathBuf,
+
+    /// libdrm's amdgpu library, for each GPU's VRAM and active CUs.
+    #[arg(long, env = "LIBDRM_AMDGPU_LIB", default_value = crate::lib_facts::LIBDRM_AMDGPU_FILE)]
+    pub libdrm_amdgpu_lib: PathBuf,
 
     /// Replicas advertised per GPU (HAMi's AMD plugin: 10).
     #[arg(long, env = "SPLIT_COUNT", default_value_t = crate::DEFAULT_SPLIT)]
@@ -82,6 +101,9 @@ mod tests {
             "SYSFS_ROOT",
             "DEV_ROOT",
             "GPU_FACTS",
+            "FACTS_SOURCE",
+            "AMD_SMI_LIB",
+            "LIBDRM_AMDGPU_LIB",
             "HOST_HOOK_PATH",
             "ADMIN_ADDRESS",
         ] {
@@ -106,6 +128,31 @@ mod tests {
         assert!(
             matches!(cli.command, Some(Command::Discover(ref a)) if a.roots.sysfs_root == Path::new("/t/sys"))
         );
-        assert!(Cli::try_parse_from(["x", "discover"]).is_err());
+        // The facts file is required when it is the chosen source.
+        assert!(Cli::try_parse_from(["x", "discover", "--facts-source=file"]).is_err());
+    }
+
+    #[test]
+    fn the_libraries_are_the_default_source_with_their_usual_file_names() {
+        let cli = Cli::try_parse_from(["x", "discover"]).unwrap();
+        let Some(Command::Discover(a)) = cli.command else {
+            panic!("not discover")
+        };
+        assert_eq!(a.facts_source, None);
+        assert_eq!(a.gpu_facts, None);
+        assert_eq!(a.amd_smi_lib, PathBuf::from("libamd_smi.so"));
+        assert_eq!(a.libdrm_amdgpu_lib, PathBuf::from("libdrm_amdgpu.so.1"));
+        let cli = Cli::try_parse_from([
+            "x",
+            "discover",
+            "--facts-source=smi",
+            "--amd-smi-lib=/opt/rocm/lib/libamd_smi.so",
+        ])
+        .unwrap();
+        let Some(Command::Discover(a)) = cli.command else {
+            panic!("not discover")
+        };
+        assert_eq!(a.facts_source, Some(FactsSourceKind::Library));
+        assert_eq!(a.amd_smi_lib, PathBuf::from("/opt/rocm/lib/libamd_smi.so"));
     }
 }

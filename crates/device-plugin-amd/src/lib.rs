@@ -3,6 +3,7 @@
 //!
 //! - [`sysfs`]: GPUs from KFD topology and amdgpu's PCI devices under `--sysfs-root`;
 //! - [`facts`]: what only the vendor libraries know (UUID, market name, VRAM, CUs);
+//! - [`lib_facts`]: those facts from AMD SMI and libdrm, loaded at run time;
 //! - [`backend`]: the framework's [`hami_device_plugin::DeviceBackend`];
 //! - [`hook`]: the register entries and the Allocate answer;
 //! - [`cu`]: compute-unit bookkeeping for `HSA_CU_MASK`.
@@ -13,6 +14,7 @@ pub mod cu;
 pub mod facts;
 pub mod fake_tree;
 pub mod hook;
+pub mod lib_facts;
 pub mod run;
 pub mod sysfs;
 

@@ -10,8 +10,10 @@ use hami_server::CancellationToken;
 
 use crate::backend::{AmdBackend, AmdTree, Roots};
 use crate::cli::{NodeArgs, ServeArgs};
-use crate::facts::FileFacts;
+use crate::facts::{FactsSource, GpuFacts};
 use crate::hook::AmdHook;
+use crate::lib_facts::LibraryFacts;
+use hami_device_plugin::facts_file::choose_source;
 
 /// Why the plugin could not start or stopped.
 pub type RunError = VendorRunError;
@@ -33,22 +35,26 @@ pub fn plugin_config(args: &ServeArgs, node: &str) -> Result<PluginConfig, RunEr
     ))
 }
 
-/// The backend the flags describe.
+/// The backend the flags describe. With the libraries as the facts source they are
+/// loaded here, so a missing one stops the plugin at start-up, naming it.
 pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<AmdBackend, RunError> {
-    let facts = args
-        .gpu_facts
-        .clone()
-        .ok_or(RunError::Missing("--gpu-facts (GPU_FACTS)"))?;
-    Ok(AmdBackend::new(
-        AmdTree::new(
-            Roots {
-                sysfs: args.roots.sysfs_root.clone(),
-                dev: args.roots.dev_root.clone(),
-            },
-            Arc::new(FileFacts::new(facts)),
-        ),
-        poll,
-    ))
+    let roots = Roots {
+        sysfs: args.roots.sysfs_root.clone(),
+        dev: args.roots.dev_root.clone(),
+    };
+    let facts: Arc<dyn FactsSource<GpuFacts>> = match choose_source(
+        args.facts_source,
+        args.gpu_facts.as_deref(),
+        "--gpu-facts (GPU_FACTS)",
+    )? {
+        Some(file) => Arc::new(file),
+        None => Arc::new(LibraryFacts::open(
+            &args.amd_smi_lib,
+            &args.libdrm_amdgpu_lib,
+            roots.clone(),
+        )?),
+    };
+    Ok(AmdBackend::new(AmdTree::new(roots, facts), poll))
 }
 
 /// What `discover` prints: the GPUs and the register annotation's value.

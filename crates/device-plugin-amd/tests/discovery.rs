@@ -69,7 +69,10 @@ fn discover_prints_the_gpus_and_the_register_annotation() {
             sysfs_root: dir.path().join("sys"),
             dev_root: dir.path().join("dev"),
         },
+        facts_source: None,
         gpu_facts: Some(dir.path().join("gpu-facts.json")),
+        amd_smi_lib: "libamd_smi.so".into(),
+        libdrm_amdgpu_lib: "libdrm_amdgpu.so.1".into(),
         split_count: 10,
     };
     let report = hami_device_plugin_amd::run::discover(&args).unwrap();

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use hami_device_plugin::facts_file::FactsSourceKind;
 use hami_device_plugin::vendor_args::{
     RootArgs, VendorBinary, VendorCli, VendorCommand, VendorServeArgs,
 };
@@ -16,8 +17,10 @@ pub const BINARY: VendorBinary = VendorBinary {
         <device-plugin-path>/hygon-dcunum.sock and registers hygon.com/dcunum, advertising \
         every DCU --split-count times. DCUs are the DRM nodes of --sysfs-root (class/drm) \
         whose PCI vendor is 0x1d94, healthy while their device files under --dev-root \
-        exist; their SMI index, serial number, memory, model and \
-        CU count come from --dcu-facts. It publishes them in the node annotation \
+        exist; their SMI index, serial number, memory and model come from ROCm SMI \
+        (--rocm-smi-lib, loaded at start-up: a missing library stops the plugin, naming \
+        it), the CU count from the model, or all of them from a file (--facts-source=file \
+        --dcu-facts) on nodes without it. It publishes them in the node annotation \
         hami.io/node-dcu-register (HAMi's legacy string) and answers \
         hami.io/node-handshake-dcu every --register-interval. On Allocate it gives each \
         container /dev/kfd, /dev/mkfd and its DCUs' DRM nodes; a container given part of \
@@ -43,11 +46,22 @@ pub struct NodeArgs {
     #[command(flatten)]
     pub roots: RootArgs,
 
-    /// DCU facts the kernel does not expose (ROCm SMI), by PCI address (JSON:
+    /// Where the DCU facts the kernel does not expose come from: `library` (ROCm SMI,
+    /// loaded at start-up) or `file` (--dcu-facts). Default: `file` when --dcu-facts is
+    /// given, else `library`.
+    #[arg(long, env = "FACTS_SOURCE", value_enum)]
+    pub facts_source: Option<FactsSourceKind>,
+
+    /// With --facts-source=file: the DCU facts by PCI address (JSON:
     /// {"0000:3d:00.0": {"index", "serial", "model", "memory_mib", "cu_count"}}), re-read
     /// on every discovery.
-    #[arg(long, env = "DCU_FACTS", required = true)]
+    #[arg(long, env = "DCU_FACTS", required_if_eq("facts_source", "file"))]
     pub dcu_facts: Option<PathBuf>,
+
+    /// ROCm SMI, for each DCU's index, serial number, memory and device ID (a file name
+    /// is looked up on the loader's path; Hygon's is /opt/hyhal/lib/librocm_smi64.so).
+    #[arg(long, env = "ROCM_SMI_LIB", default_value = crate::lib_facts::ROCM_SMI_FILE)]
+    pub rocm_smi_lib: PathBuf,
 
     /// Replicas advertised per DCU (HAMi's DCU plugin: 4).
     #[arg(long, env = "SPLIT_COUNT", default_value_t = crate::DEFAULT_SPLIT)]
@@ -100,6 +114,8 @@ mod tests {
             "SYSFS_ROOT",
             "DEV_ROOT",
             "DCU_FACTS",
+            "FACTS_SOURCE",
+            "ROCM_SMI_LIB",
             "VGPU_DIR",
             "VDEV_DIR",
             "HYGONPATH",
@@ -130,6 +146,32 @@ mod tests {
         assert!(
             matches!(cli.command, Some(Command::Discover(ref a)) if a.roots.dev_root == Path::new("/t/dev"))
         );
-        assert!(Cli::try_parse_from(["x", "discover"]).is_err());
+        // The facts file is required when it is the chosen source.
+        assert!(Cli::try_parse_from(["x", "discover", "--facts-source=file"]).is_err());
+    }
+
+    #[test]
+    fn rocm_smi_is_the_default_source() {
+        let cli = Cli::try_parse_from(["x", "discover"]).unwrap();
+        let Some(Command::Discover(a)) = cli.command else {
+            panic!("not discover")
+        };
+        assert_eq!((a.facts_source, a.dcu_facts), (None, None));
+        assert_eq!(a.rocm_smi_lib, PathBuf::from("librocm_smi64.so"));
+        let cli = Cli::try_parse_from([
+            "x",
+            "discover",
+            "--facts-source=library",
+            "--rocm-smi-lib=/opt/hyhal/lib/librocm_smi64.so",
+        ])
+        .unwrap();
+        let Some(Command::Discover(a)) = cli.command else {
+            panic!("not discover")
+        };
+        assert_eq!(a.facts_source, Some(FactsSourceKind::Library));
+        assert_eq!(
+            a.rocm_smi_lib,
+            PathBuf::from("/opt/hyhal/lib/librocm_smi64.so")
+        );
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! - [`sysfs`]: DCUs from the DRM nodes under `--dev-root` whose sysfs vendor is Hygon's;
 //! - [`facts`]: what only ROCm SMI knows (SMI index, serial, memory, CUs, model);
+//! - [`lib_facts`]: those facts from ROCm SMI, loaded at run time, with [`models`];
 //! - [`backend`]: the framework's [`hami_device_plugin::DeviceBackend`];
 //! - [`hook`]: the register string and the Allocate answer;
 //! - [`vdev`]: virtual DCUs (CU masks, vdev and pipe ids, the `vdev*.conf` files).
@@ -12,6 +13,8 @@ pub mod cli;
 pub mod facts;
 pub mod fake_tree;
 pub mod hook;
+pub mod lib_facts;
+pub mod models;
 pub mod run;
 pub mod sysfs;
 pub mod vdev;

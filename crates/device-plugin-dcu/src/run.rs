@@ -10,8 +10,10 @@ use hami_server::CancellationToken;
 
 use crate::backend::{DcuBackend, DcuTree, Roots};
 use crate::cli::{NodeArgs, ServeArgs};
-use crate::facts::FileFacts;
+use crate::facts::{DcuFacts, FactsSource};
 use crate::hook::{DcuHook, HostPaths};
+use crate::lib_facts::LibraryFacts;
+use hami_device_plugin::facts_file::choose_source;
 
 /// Why the plugin could not start or stopped.
 pub type RunError = VendorRunError;
@@ -45,19 +47,24 @@ pub fn host_paths(args: &ServeArgs) -> HostPaths {
     }
 }
 
-/// The backend the flags describe.
+/// The backend the flags describe. With ROCm SMI as the facts source it is loaded here,
+/// so a missing library stops the plugin at start-up, naming it.
 pub fn backend(args: &NodeArgs, poll: std::time::Duration) -> Result<DcuBackend, RunError> {
-    let facts = args
-        .dcu_facts
-        .clone()
-        .ok_or(RunError::Missing("--dcu-facts (DCU_FACTS)"))?;
+    let facts: Arc<dyn FactsSource<DcuFacts>> = match choose_source(
+        args.facts_source,
+        args.dcu_facts.as_deref(),
+        "--dcu-facts (DCU_FACTS)",
+    )? {
+        Some(file) => Arc::new(file),
+        None => Arc::new(LibraryFacts::open(&args.rocm_smi_lib)?),
+    };
     Ok(DcuBackend::new(
         DcuTree::new(
             Roots {
                 sysfs: args.roots.sysfs_root.clone(),
                 dev: args.roots.dev_root.clone(),
             },
-            Arc::new(FileFacts::new(facts)),
+            facts,
         ),
         poll,
     ))

@@ -131,7 +131,9 @@ fn discover_prints_the_dcus_and_the_register_string() {
             sysfs_root: dir.path().join("sys"),
             dev_root: dir.path().join("dev"),
         },
+        facts_source: None,
         dcu_facts: Some(dir.path().join("dcu-facts.json")),
+        rocm_smi_lib: "librocm_smi64.so".into(),
         split_count: 4,
     };
     let report = hami_device_plugin_dcu::run::discover(&args).unwrap();

@@ -19,6 +19,46 @@ pub enum FactsError {
     },
     #[error("device facts file {path} is malformed: {error}")]
     Malformed { path: PathBuf, error: String },
+    /// A vendor library (or the tree it is asked about) failed; the text names the
+    /// library and the call, or the path.
+    #[error("{0}")]
+    Source(String),
+    /// The flags name no usable source.
+    #[error("{0}")]
+    Choice(String),
+}
+
+/// Where a vendor plugin's device facts come from (`--facts-source`): the vendor
+/// libraries (`docs/device-plugin.md#vendor-libraries`) or a [`FactsFile`]. The variants'
+/// doc lines are the `--help` text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FactsSourceKind {
+    /// the vendor libraries, loaded at start-up (also accepted: smi)
+    #[value(alias = "smi")]
+    Library,
+    /// a JSON file standing in for them
+    File,
+}
+
+/// The source the flags choose: `--facts-source` when given, else the facts file when
+/// one is named (`file_flag`), else the libraries. A facts file named alongside
+/// `--facts-source=library` is refused rather than ignored.
+pub fn choose_source(
+    explicit: Option<FactsSourceKind>,
+    file: Option<&Path>,
+    file_flag: &'static str,
+) -> Result<Option<FactsFile>, FactsError> {
+    match (explicit, file) {
+        (Some(FactsSourceKind::File) | None, Some(path)) => Ok(Some(FactsFile::new(path))),
+        (Some(FactsSourceKind::File), None) => Err(FactsError::Choice(format!(
+            "--facts-source=file needs {file_flag}"
+        ))),
+        (Some(FactsSourceKind::Library), Some(path)) => Err(FactsError::Choice(format!(
+            "{file_flag} {} is not read with --facts-source=library: drop one of them",
+            path.display()
+        ))),
+        (Some(FactsSourceKind::Library) | None, None) => Ok(None),
+    }
 }
 
 /// A JSON object `{"<pci address>": <facts>}`, re-read on every lookup so an edited file
@@ -107,5 +147,32 @@ impl<T: Clone> Catalog<T> {
         if let Ok(mut map) = self.devices.write() {
             *map = devices.into_iter().map(|d| (id(d), d.clone())).collect();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_facts_file_is_chosen_when_named_or_asked_for_and_never_ignored() {
+        let f = Path::new("/etc/facts.json");
+        let flag = "--gpu-facts";
+        let chosen = |e, f| choose_source(e, f, flag).map(|c| c.map(|c| c.path().to_path_buf()));
+        assert_eq!(chosen(None, None).unwrap(), None);
+        assert_eq!(chosen(None, Some(f)).unwrap(), Some(f.to_path_buf()));
+        assert_eq!(
+            chosen(Some(FactsSourceKind::File), Some(f)).unwrap(),
+            Some(f.to_path_buf())
+        );
+        assert_eq!(chosen(Some(FactsSourceKind::Library), None).unwrap(), None);
+        let err = chosen(Some(FactsSourceKind::File), None).unwrap_err();
+        assert_eq!(err.to_string(), "--facts-source=file needs --gpu-facts");
+        let err = chosen(Some(FactsSourceKind::Library), Some(f)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("/etc/facts.json is not read with --facts-source=library"),
+            "{err}"
+        );
     }
 }

@@ -234,5 +234,7 @@ pub enum VendorRunError {
     #[error(transparent)]
     Backend(#[from] crate::BackendError),
     #[error(transparent)]
+    Facts(#[from] crate::facts_file::FactsError),
+    #[error(transparent)]
     Serve(#[from] crate::serving::ServeError),
 }
