@@ -129,8 +129,16 @@ fn records_share_the_registered_uuid_strings_and_forget_pods_per_node() {
         ));
     }
     // A pod on a node not registered yet still gets a shared (interned) string.
-    ledger.apply_pod(record(&placed_pod("d", "late", "late-gpu-0,NVIDIA,100,5:;")));
-    ledger.apply_pod(record(&placed_pod("e", "late", "late-gpu-0,NVIDIA,100,5:;")));
+    ledger.apply_pod(record(&placed_pod(
+        "d",
+        "late",
+        "late-gpu-0,NVIDIA,100,5:;",
+    )));
+    ledger.apply_pod(record(&placed_pod(
+        "e",
+        "late",
+        "late-gpu-0,NVIDIA,100,5:;",
+    )));
     assert!(Arc::ptr_eq(
         &ledger.pod("uid-d").unwrap().charges[0].uuid,
         &ledger.pod("uid-e").unwrap().charges[0].uuid
