@@ -62,7 +62,7 @@ impl VendorHook for AmdHook {
             .filter_map(|mut info| {
                 let gpu = self.catalog.get(&info.id)?;
                 info.cores = gpu.facts.cu_count;
-                info.mode = String::new();
+                info.mode = "".into();
                 info.custom_info.insert(
                     CUSTOM_PCI_BDF.into(),
                     serde_json::Value::String(gpu.sys.address.clone()),
