@@ -991,7 +991,7 @@ async fn wait_registered_health(
     let health = || {
         let value = node_annotation(cluster, node, key)?;
         let devices = hami_core::codec::decode_node_register(&value).ok()?;
-        devices.iter().find(|d| d.id == id).map(|d| d.health)
+        devices.iter().find(|d| &*d.id == id).map(|d| d.health)
     };
     hami_testkit::fixture::wait_for(cluster.api().store(), key, WAIT, |_| {
         (health() == Some(healthy)).then_some(())

@@ -372,7 +372,7 @@ mod tests {
 
     fn gpu(node: &str, index: u32) -> DeviceInfo {
         DeviceInfo {
-            id: format!("{node}-g{index}"),
+            id: format!("{node}-g{index}").into(),
             index,
             count: 10,
             mem_mib: 16_000,
