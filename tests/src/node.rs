@@ -244,19 +244,11 @@ impl EmulatedNode {
                 self.spec.name
             )));
         };
-        let ok = tokio::time::timeout(
-            timeout,
-            p.status
-                .wait_for(|s| s.registered && s.registrations >= at_least),
-        )
-        .await
-        .is_ok_and(|r| r.is_ok());
-        match ok {
-            true => Ok(()),
-            false => Err(HarnessError::Setup(format!(
-                "device plugin of {} did not register {at_least} time(s) within {timeout:?} (status: {:?})",
+        match PluginStatus::wait_registered(&mut p.status, at_least, timeout).await {
+            Ok(()) => Ok(()),
+            Err(last) => Err(HarnessError::Setup(format!(
+                "device plugin of {} did not register {at_least} time(s) within {timeout:?} (status: {last:?})",
                 self.spec.name,
-                p.status.borrow().clone()
             ))),
         }
     }

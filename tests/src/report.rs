@@ -337,9 +337,9 @@ pub(crate) fn gpu_usage(cluster: &DemoCluster) -> (Vec<GpuReport>, Vec<String>) 
         match decode_node_register(register) {
             Ok(devices) => gpus.extend(devices.into_iter().map(|d| GpuReport {
                 node: name.to_string(),
-                uuid: d.id,
+                uuid: d.id.to_string(),
                 index: d.index,
-                model: d.dev_type,
+                model: d.dev_type.to_string(),
                 numa: d.numa,
                 healthy: d.health,
                 memory_mib: d.mem_mib,

@@ -862,3 +862,199 @@ async fn demo_with_amd_and_dcu_nodes() {
     );
     cluster.shutdown().await.unwrap();
 }
+
+/// A cluster of the demo's AMD and DCU nodes only (their plugins on fake trees).
+async fn vendor_cluster() -> DemoCluster {
+    DemoCluster::start(ClusterSpec::new(hami_e2e::spec::vendor_nodes()).timing(Timing::fast()))
+        .await
+        .expect("AMD and DCU cluster starts")
+}
+
+fn registrations(cluster: &DemoCluster, node: &str) -> usize {
+    cluster.node(node).unwrap().kubelet().registrations().len()
+}
+
+/// The registered device of `pod`'s first container (the allocated annotation's first ID).
+fn first_device(outcome: &hami_e2e::vendor_examples::VendorOutcome, pod: &str) -> String {
+    let p = outcome.pods.iter().find(|p| p.name == pod).unwrap();
+    p.allocated.split(',').next().unwrap().to_string()
+}
+
+/// `(vdev_id, pipe_id, CUs)` of the virtual DCU `pod`'s first container got, read from
+/// the vdev conf in the directory mounted at `/etc/vdev/docker/`.
+fn vdev_of(
+    outcome: &hami_e2e::vendor_examples::VendorOutcome,
+    pod: &str,
+) -> (u32, u32, BTreeSet<u32>) {
+    let p = outcome.pods.iter().find(|p| p.name == pod).unwrap();
+    let m = p.containers[0]
+        .mounts
+        .iter()
+        .find(|m| m.container_path == hami_device_plugin_dcu::hook::VDEV_IN_CONTAINER)
+        .unwrap_or_else(|| panic!("{pod} has no virtual DCU: {p:?}"));
+    let conf =
+        std::path::Path::new(&m.host_path).join(hami_device_plugin_dcu::vdev::CONTAINER_CONF);
+    let text = std::fs::read_to_string(&conf).unwrap();
+    let field = |key: &str| -> Vec<&str> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix(key))
+            .map(str::trim)
+            .collect()
+    };
+    let mut cus = BTreeSet::new();
+    for (word, mask) in field("cu_mask:").iter().enumerate() {
+        let bits = u64::from_str_radix(mask.trim_start_matches("0x"), 16).unwrap();
+        cus.extend(
+            (0..64)
+                .filter(|b| bits >> b & 1 == 1)
+                .map(|b| word as u32 * 64 + b),
+        );
+    }
+    (
+        field("vdev_id:")[0].parse().unwrap(),
+        field("pipe_id:")[0].parse().unwrap(),
+        cus,
+    )
+}
+
+/// The AMD and DCU plugins restart with pods running: each registers again, rebuilds its
+/// state from the cluster (AMD: the pods' `hami.io/amd-cu-allocated`; DCU: the vdev
+/// directories) and gives the next pod on the same device CUs, a vdev and a pipe no
+/// running pod holds; every pod still has what its annotations say.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amd_and_dcu_plugin_restart_rebuild_their_state() {
+    use hami_e2e::vendor_examples::{self, VendorExample};
+    let mut cluster = vendor_cluster().await;
+    let before = vendor_examples::vendor_examples();
+    let outcome = vendor_examples::run(&cluster, &before).await;
+    assert!(outcome.ok(), "{:#?}", outcome.problems);
+    let gpu = first_device(&outcome, "amd-slice");
+    let card = first_device(&outcome, "dcu-partial");
+
+    for node in ["amd-mi300x", "dcu-k100"] {
+        let n = registrations(&cluster, node);
+        cluster.restart_device_plugin(node).await.unwrap();
+        assert_eq!(registrations(&cluster, node), n + 1, "{node}");
+    }
+
+    // The same shapes again, pinned to the same devices.
+    let again = |name: &str, key: &str, device: &str| {
+        let mut ex = before.iter().find(|e| e.pod.name == name).unwrap().clone();
+        ex.pod = ex.pod.annotation(key, device);
+        ex.pod.name = format!("{name}-after");
+        ex
+    };
+    let after = vec![
+        again("amd-slice", hami_core::vendor::amd::USE_UUID, &gpu),
+        again("dcu-partial", hami_core::vendor::hygon::USE_UUID, &card),
+    ];
+    let outcome_after = vendor_examples::run(&cluster, &after).await;
+    assert!(outcome_after.ok(), "{:#?}", outcome_after.problems);
+    assert_eq!(first_device(&outcome_after, "amd-slice-after"), gpu);
+    assert_eq!(first_device(&outcome_after, "dcu-partial-after"), card);
+
+    // AMD: no CU of the GPU given twice.
+    let cus = |pod: &str| {
+        let v = cluster.pod("default", pod).unwrap()["metadata"]["annotations"]
+            [hami_device_plugin_amd::cu::CU_ALLOCATED]
+            .as_str()
+            .unwrap()
+            .to_string();
+        hami_device_plugin_amd::cu::parse_annotation(pod, &v).unwrap()[&gpu].clone()
+    };
+    let (a, b) = (cus("amd-slice"), cus("amd-slice-after"));
+    assert_eq!((a.len(), b.len()), (76, 76));
+    assert!(a.is_disjoint(&b), "{a:?} / {b:?}");
+
+    // DCU: another vdev, another pipe, other CUs.
+    let (v1, p1, c1) = vdev_of(&outcome, "dcu-partial");
+    let (v2, p2, c2) = vdev_of(&outcome_after, "dcu-partial-after");
+    assert_ne!(v1, v2);
+    assert_ne!(p1, p2);
+    assert_eq!((c1.len(), c2.len()), (60, 60));
+    assert!(c1.is_disjoint(&c2), "{c1:?} / {c2:?}");
+
+    let all: Vec<VendorExample> = before.into_iter().chain(after).collect();
+    let still = vendor_examples::check(&cluster, &all).await;
+    assert!(still.ok(), "{:#?}", still.problems);
+    cluster.shutdown().await.unwrap();
+}
+
+/// Waits until `node`'s register annotation `key` says device `id` is `healthy`.
+async fn wait_registered_health(
+    cluster: &DemoCluster,
+    node: &str,
+    key: &str,
+    id: &str,
+    healthy: bool,
+) {
+    let health = || {
+        let value = node_annotation(cluster, node, key)?;
+        let devices = hami_core::codec::decode_node_register(&value).ok()?;
+        devices.iter().find(|d| &*d.id == id).map(|d| d.health)
+    };
+    hami_testkit::fixture::wait_for(cluster.api().store(), key, WAIT, |_| {
+        (health() == Some(healthy)).then_some(())
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{node}: {id} never registered healthy={healthy}: {e}"));
+}
+
+/// Kubelet restarts on the AMD and DCU nodes: each plugin registers again and its devices
+/// come back. Then a device's render node vanishes from the tree: its replicas turn
+/// unhealthy at kubelet and in the register annotation, and come back with it; pods are
+/// allocated as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amd_and_dcu_kubelet_restart_and_a_vanishing_device() {
+    use hami_e2e::vendor_examples;
+    let mut cluster = vendor_cluster().await;
+    let amd_gpu = hami_device_plugin_amd::fake_tree::mi300x(2)[1].uuid.clone();
+    let dcu_card = hami_device_plugin_dcu::fake_tree::k100_ai(2)[1].id();
+    for (node, resource, replicas, register, id) in [
+        (
+            "amd-mi300x",
+            "amd.com/gpu",
+            10,
+            "hami.io/node-amd-register",
+            amd_gpu,
+        ),
+        (
+            "dcu-k100",
+            "hygon.com/dcunum",
+            4,
+            "hami.io/node-dcu-register",
+            dcu_card,
+        ),
+    ] {
+        let n = registrations(&cluster, node);
+        cluster.restart_kubelet(node).await.unwrap();
+        let kubelet = cluster.node(node).unwrap().kubelet();
+        let records = kubelet.registrations();
+        assert_eq!(records.len(), n + 1, "{node}");
+        assert_eq!(records.last().unwrap().result, Some(Ok(())), "{node}");
+        assert!(
+            kubelet.wait_for_healthy(resource, 2 * replicas, WAIT).await,
+            "{node}: devices back after the kubelet restart"
+        );
+
+        // The second device's render node (renderD129 on both trees) vanishes.
+        let dev = cluster.node(node).unwrap().vendor_dev_root().unwrap();
+        let (render, gone) = (dev.join("dri/renderD129"), dev.join("dri/renderD129.gone"));
+        std::fs::rename(&render, &gone).unwrap();
+        assert!(
+            kubelet.wait_for_healthy(resource, replicas, WAIT).await,
+            "{node}: the device's replicas turn unhealthy"
+        );
+        wait_registered_health(&cluster, node, register, &id, false).await;
+        std::fs::rename(&gone, &render).unwrap();
+        assert!(
+            kubelet.wait_for_healthy(resource, 2 * replicas, WAIT).await,
+            "{node}: the device is back"
+        );
+        wait_registered_health(&cluster, node, register, &id, true).await;
+    }
+    cluster.wait_extender_knows_gpus().await.unwrap();
+    let outcome = vendor_examples::run(&cluster, &vendor_examples::vendor_examples()).await;
+    assert!(outcome.ok(), "{:#?}", outcome.problems);
+    cluster.shutdown().await.unwrap();
+}

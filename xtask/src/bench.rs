@@ -258,12 +258,22 @@ async fn time_gets(port: u16, path: &'static str, n: usize) -> anyhow::Result<Ve
 
 /// User and system CPU time of process `pid` so far, in seconds.
 pub(crate) fn cpu_secs(pid: u32) -> anyhow::Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    stat_cpu_secs(&format!("/proc/{pid}/stat"))
+}
+
+/// User and system CPU time of the calling thread so far, in seconds.
+fn thread_cpu_secs() -> anyhow::Result<f64> {
+    stat_cpu_secs("/proc/thread-self/stat")
+}
+
+/// User and system CPU time in a `/proc/.../stat` file, in seconds.
+fn stat_cpu_secs(path: &str) -> anyhow::Result<f64> {
+    let stat = std::fs::read_to_string(path)?;
     // Fields after the command name (which may hold spaces), from field 3 on.
     let rest = stat
         .rsplit_once(')')
         .map(|(_, r)| r)
-        .with_context(|| format!("unreadable /proc/{pid}/stat"))?;
+        .with_context(|| format!("unreadable {path}"))?;
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks = |i: usize| {
         fields
@@ -327,33 +337,99 @@ pub(crate) async fn stop(child: &mut tokio::process::Child, pid: u32) {
     }
 }
 
-/// GETs /metrics on `port` in a loop (one keep-alive connection) until `stop`; the
-/// scrape durations and the size of the last page.
-async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<(Vec<Duration>, usize)> {
+/// What a scrape loop saw.
+#[derive(Debug, Default)]
+struct Scrapes {
+    /// Each scrape's duration.
+    took: Vec<Duration>,
+    /// Size of the last page as sent (gzipped).
+    bytes: usize,
+    /// CPU time of the loop's thread: the client's share of the scrapes (the kernel's
+    /// copy out of the socket included).
+    client_cpu_secs: f64,
+}
+
+/// GETs /metrics on `port` in a loop (one keep-alive connection) until `stop`, asking
+/// for gzip as Prometheus does.
+async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<Scrapes> {
+    let cpu_before = thread_cpu_secs()?;
     let stream = TcpStream::connect(("127.0.0.1", port)).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
-    let mut took = Vec::new();
-    let mut bytes = 0;
+    let mut seen = Scrapes::default();
     while !stop.load(Ordering::Acquire) {
         let req = Request::get("/metrics")
             .header(hyper::header::HOST, "localhost")
+            .header(hyper::header::ACCEPT_ENCODING, "gzip")
             .body(Full::new(Bytes::new()))?;
         let t = Instant::now();
         sender.ready().await?;
         let mut body = sender.send_request(req).await?.into_body();
-        // Counted and dropped as it arrives: a Prometheus server parses the page on a
-        // machine of its own, so the bench keeps the client's share of the shared cores
-        // small (`docs/extender.md#measured`).
+        // Counted and dropped as it arrives, not decoded: a Prometheus server decodes and
+        // parses the page on a machine of its own, so the bench keeps the client's share
+        // of the shared cores small (`docs/extender.md#measured`). The page is decoded
+        // and checked once, untimed ([`check_page`]).
         let mut len = 0;
         while let Some(frame) = body.frame().await {
             len += frame?.data_ref().map_or(0, Bytes::len);
         }
-        took.push(t.elapsed());
-        bytes = len;
+        seen.took.push(t.elapsed());
+        seen.bytes = len;
     }
-    took.sort();
-    Ok((took, bytes))
+    seen.took.sort();
+    seen.client_cpu_secs = thread_cpu_secs()? - cpu_before;
+    Ok(seen)
+}
+
+/// One GET of /metrics on a fresh connection, gzipped or not: the body as sent, and
+/// whether it came gzipped.
+async fn fetch_metrics(port: u16, gzip: bool) -> anyhow::Result<(Bytes, bool)> {
+    let mut sender = keep_alive(port).await?;
+    let mut req = Request::get("/metrics").header(hyper::header::HOST, "localhost");
+    if gzip {
+        req = req.header(hyper::header::ACCEPT_ENCODING, "gzip");
+    }
+    sender.ready().await?;
+    let resp = sender
+        .send_request(req.body(Full::new(Bytes::new()))?)
+        .await?;
+    let gzipped = resp
+        .headers()
+        .get(hyper::header::CONTENT_ENCODING)
+        .is_some_and(|e| e == "gzip");
+    Ok((resp.into_body().collect().await?.to_bytes(), gzipped))
+}
+
+/// Checks, untimed, that the gzipped page decodes to the plain one byte for byte; the
+/// plain page's size, and whether the binary gzips at all (one built before it did
+/// answers plain). The two are fetched one after the other, and a background write
+/// landing in between changes the page, so a difference is retried a few times.
+async fn check_page(port: u16) -> anyhow::Result<(usize, bool)> {
+    let mut last = String::new();
+    for _ in 0..5 {
+        let (plain, _) = fetch_metrics(port, false).await?;
+        let (gzipped, is_gzip) = fetch_metrics(port, true).await?;
+        if !is_gzip {
+            return Ok((plain.len(), false));
+        }
+        let mut decoded = Vec::with_capacity(plain.len());
+        std::io::Read::read_to_end(
+            &mut flate2::read::MultiGzDecoder::new(&gzipped[..]),
+            &mut decoded,
+        )
+        .context("the gzipped /metrics page does not decode")?;
+        if decoded == plain[..] {
+            return Ok((plain.len(), true));
+        }
+        let at = decoded.iter().zip(plain.iter()).position(|(a, b)| a != b);
+        last = format!(
+            "the gzipped page ({} bytes decoded) differs from the plain one ({} bytes) at byte {at:?}",
+            decoded.len(),
+            plain.len()
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    bail!("{last}")
 }
 
 /// Blocks of timed /filter calls, alone and with /metrics scraped in a loop, in turn.
@@ -361,22 +437,28 @@ const SCRAPED_ROUNDS: usize = 4;
 
 /// /filter timed alone and while /metrics is scraped, in [`SCRAPED_ROUNDS`] alternating
 /// blocks after `warmup` untimed calls, so a change in the machine's load during the
-/// run weighs on both alike: the latencies alone (sorted), and the latencies scraped
-/// (sorted), the scrape durations (sorted) and the size of the last page.
+/// run weighs on both alike.
 async fn alone_and_scraped(
     http: u16,
     admin: u16,
+    pid: u32,
     mut bodies: Vec<Bytes>,
     warmup: usize,
-) -> anyhow::Result<(Vec<Duration>, (Vec<Duration>, Vec<Duration>, usize))> {
+) -> anyhow::Result<(Vec<Duration>, ScrapedRun)> {
     let timed = bodies.split_off(warmup.min(bodies.len()));
     on_own_thread(move || time_filters(http, bodies, warmup)).await?;
     let block = timed.len().div_ceil(2 * SCRAPED_ROUNDS).max(1);
-    let (mut alone, mut with, mut scrapes, mut page_bytes) = (vec![], vec![], vec![], 0);
+    let mut alone = vec![];
+    let mut run = ScrapedRun::default();
+    // The extender's CPU time in the blocks alone and in the blocks scraped: the same
+    // number of filters each, so the difference is what the scrapes cost it.
+    let mut extender_cpu = [0.0; 2];
     for (i, chunk) in timed.chunks(block).enumerate() {
         let chunk = chunk.to_vec();
+        let cpu_before = cpu_secs(pid)?;
         if i % 2 == 0 {
             alone.extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
+            extender_cpu[0] += cpu_secs(pid)? - cpu_before;
             continue;
         }
         let stop_scraping = Arc::new(AtomicBool::new(false));
@@ -384,16 +466,35 @@ async fn alone_and_scraped(
         let scraper = tokio::spawn(on_own_thread(move || scrape_loop(admin, flag)));
         // Let the first scrape start before the timed calls.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        with.extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
+        run.with
+            .extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
         stop_scraping.store(true, Ordering::Release);
-        let (took, bytes) = scraper.await??;
-        scrapes.extend(took);
-        page_bytes = bytes;
+        let seen = scraper.await??;
+        extender_cpu[1] += cpu_secs(pid)? - cpu_before;
+        run.scrapes.extend(seen.took);
+        run.page_bytes = seen.bytes;
+        run.client_cpu_secs += seen.client_cpu_secs;
     }
+    run.extender_cpu_secs = extender_cpu[1] - extender_cpu[0];
     alone.sort();
-    with.sort();
-    scrapes.sort();
-    Ok((alone, (with, scrapes, page_bytes)))
+    run.with.sort();
+    run.scrapes.sort();
+    Ok((alone, run))
+}
+
+/// The scraped half of a `-scraped` run.
+#[derive(Debug, Default)]
+struct ScrapedRun {
+    /// /filter latencies while scraped, sorted.
+    with: Vec<Duration>,
+    /// Scrape durations, sorted.
+    scrapes: Vec<Duration>,
+    /// Size of the last page as sent.
+    page_bytes: usize,
+    /// The scrapes' CPU time in the extender (scraped blocks less blocks alone).
+    extender_cpu_secs: f64,
+    /// The scrape client's CPU time.
+    client_cpu_secs: f64,
 }
 
 /// Runs `f` on a thread and runtime of its own, so its timing does not share a runtime
@@ -600,7 +701,7 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     let healthz = on_own_thread(move || time_gets(http, "/healthz", HEALTHZ_CALLS)).await?;
     let cpu_before = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
     let (latencies, scraped) = if s.scraped {
-        let (alone, with) = alone_and_scraped(http, admin, bodies, warmup).await?;
+        let (alone, with) = alone_and_scraped(http, admin, pid, bodies, warmup).await?;
         (alone, Some(with))
     } else {
         (
@@ -621,23 +722,34 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     tokio::time::sleep(SETTLE).await;
     let [rss_settled] = status_mib(pid, ["VmRSS:"])?;
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
+    // Untimed, after the memory figures: the page served gzipped is the plain page.
+    let checked_page = if s.scraped {
+        Some(check_page(admin).await?)
+    } else {
+        None
+    };
     let (fill_secs, sync_secs, rss_synced) = (run.fill_secs, run.sync_secs, run.rss_synced);
     let (rss_anon_synced, rss_file_synced) = (run.rss_anon_synced, run.rss_file_synced);
     run.stop().await;
     let mean =
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
-    let scrape_report = scraped.map(|(with, scrapes, page_bytes)| {
+    let scrape_report = scraped.map(|run| {
         let p99 = percentile(&latencies, 0.99);
-        let p99_scraped = percentile(&with, 0.99);
+        let p99_scraped = percentile(&run.with, 0.99);
+        let per_scrape_ms = |secs: f64| (secs / run.scrapes.len().max(1) as f64 * 1e4).round() / 10.0;
         json!({
-            "filter_p50_scraped_us": percentile(&with, 0.50).round(),
+            "filter_p50_scraped_us": percentile(&run.with, 0.50).round(),
             "filter_p99_scraped_us": p99_scraped.round(),
-            "filter_max_scraped_us": with.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
+            "filter_max_scraped_us": run.with.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
             "filter_p99_delta_us": (p99_scraped - p99).round(),
-            "scrapes": scrapes.len(),
-            "scrape_p50_ms": (percentile(&scrapes, 0.50) / 100.0).round() / 10.0,
-            "scrape_max_ms": (percentile(&scrapes, 1.0) / 100.0).round() / 10.0,
-            "scrape_bytes": page_bytes,
+            "scrapes": run.scrapes.len(),
+            "scrape_p50_ms": (percentile(&run.scrapes, 0.50) / 100.0).round() / 10.0,
+            "scrape_max_ms": (percentile(&run.scrapes, 1.0) / 100.0).round() / 10.0,
+            "scrape_bytes": run.page_bytes,
+            "scrape_plain_bytes": checked_page.map(|(len, _)| len),
+            "scrape_gzip_checked": checked_page.is_some_and(|(_, gzip)| gzip),
+            "scrape_extender_cpu_ms": per_scrape_ms(run.extender_cpu_secs),
+            "scrape_client_cpu_ms": per_scrape_ms(run.client_cpu_secs),
         })
     });
     let mut line = result_line(

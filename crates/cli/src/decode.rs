@@ -21,14 +21,14 @@ pub fn node_register(value: &str, vendor: Option<&str>, node: &str) -> anyhow::R
         .iter()
         .map(|d| {
             let mut o = json!({
-                "id": d.id,
+                "id": &*d.id,
                 "index": d.index,
                 "count": d.count,
                 "devmem": d.mem_mib,
                 "devcore": d.cores,
-                "type": d.dev_type,
+                "type": &*d.dev_type,
                 "numa": d.numa,
-                "mode": d.mode,
+                "mode": &*d.mode,
                 "health": d.health,
             });
             if !d.custom_info.is_empty() {

@@ -39,7 +39,7 @@ fn cluster(nodes: usize, gpus: usize, pods: usize) -> (Ledger, Vec<String>) {
         let name = format!("node-{n:05}");
         let devices = (0..gpus)
             .map(|g| DeviceInfo {
-                id: format!("GPU-{n:05}-{g:02}"),
+                id: format!("GPU-{n:05}-{g:02}").into(),
                 index: g as u32,
                 count: 10,
                 mem_mib: 81_920,

@@ -33,7 +33,7 @@ impl DeviceFacts {
     pub fn of(info: &DeviceInfo, vendor_key: &str) -> Self {
         DeviceFacts {
             of_vendor: contains_ignore_ascii_case(&info.dev_type, vendor_key),
-            mig: info.mode == MIG_MODE,
+            mig: &*info.mode == MIG_MODE,
         }
     }
 }
@@ -188,7 +188,7 @@ pub fn container_device(
     let info = &infos[p.pos];
     ContainerDevice {
         idx: info.index,
-        uuid: info.id.clone(),
+        uuid: info.id.to_string(),
         dev_type: vendor.allocated_type(info, req).to_string(),
         mem_mib: p.mem,
         cores: p.cores,
@@ -557,7 +557,7 @@ fn check_device(
     if !info.health {
         return Check::Reject(Reason::CardNotHealth);
     }
-    if !cordon.is_empty() && cordon.contains(&info.id) {
+    if !cordon.is_empty() && cordon.contains(&*info.id) {
         return Check::Reject(Reason::CardCordoned);
     }
     if !s.any_type && !s.vendor.type_matches(info, req, s.constraints) {
@@ -651,7 +651,7 @@ pub fn check_resources(info: &DeviceInfo, u: &Usage, mem: u32, cores: u32) -> Re
 /// least connected to the others (keeps well-linked groups whole); several ⇒ the
 /// subset with the highest pairwise score. First in walk order wins ties.
 fn choose_by_topology(picks: Vec<Pick>, n: usize, set: DeviceSet<'_>) -> Vec<Pick> {
-    let id = |p: &Pick| set.infos[p.pos].id.as_str();
+    let id = |p: &Pick| &*set.infos[p.pos].id;
     if n == 1 {
         let mut best: Option<(usize, i64)> = None;
         for (i, p) in picks.iter().enumerate() {
@@ -737,7 +737,7 @@ mod tests {
         )
             .prop_map(|(count, mem, numa, health, used, mem_used, cores_used)| {
                 let info = DeviceInfo {
-                    id: String::new(),
+                    id: "".into(),
                     count,
                     mem_mib: mem,
                     cores: 100,
@@ -789,7 +789,7 @@ mod tests {
             let infos: Vec<DeviceInfo> = devs
                 .iter()
                 .enumerate()
-                .map(|(i, (d, _))| DeviceInfo { id: format!("G{i}"), index: i as u32, ..d.clone() })
+                .map(|(i, (d, _))| DeviceInfo { id: format!("G{i}").into(), index: i as u32, ..d.clone() })
                 .collect();
             let usage: Vec<Usage> = devs.iter().map(|(_, u)| *u).collect();
             // A list order an earlier container's sort may have left.

@@ -27,8 +27,10 @@ use crate::score::{Usage, node_score};
 use crate::vendor::{NodeView, VendorRegistry};
 
 pub mod changes;
+mod pod_table;
 
 use changes::{Change, Journal};
+use pod_table::PodTable;
 
 /// The devices one vendor registered on a node.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -103,7 +105,8 @@ impl NodeInventory {
             match v.decode_inventory(node) {
                 None => {}
                 Some(Ok(devices)) => {
-                    let devices = dedup_devices(devices, v.common_word(), &source, &mut issues);
+                    let mut devices = dedup_devices(devices, v.common_word(), &source, &mut issues);
+                    DeviceInfo::share_strings(&mut devices);
                     if !devices.is_empty() {
                         vendors.push(VendorDevices {
                             vendor: v.common_word().to_string(),
@@ -327,7 +330,8 @@ pub const DEFAULT_SCORE_CACHE_CAPACITY: usize = 32;
 /// One node as the placement engine reads it.
 #[derive(Debug, Clone)]
 pub struct NodeState {
-    name: String,
+    /// The ledger's interned name (the same string as its key and its pods' `node`).
+    name: Arc<str>,
     /// Shared with whoever registered it (the extender keeps it to restore a vendor
     /// taken out of scheduling).
     inventory: Arc<NodeInventory>,
@@ -344,7 +348,7 @@ pub struct NodeState {
 }
 
 impl NodeState {
-    fn new(name: &str, inventory: Arc<NodeInventory>, resources: NodeResources) -> Self {
+    fn new(name: Arc<str>, inventory: Arc<NodeInventory>, resources: NodeResources) -> Self {
         let usage = inventory
             .vendors
             .iter()
@@ -361,7 +365,7 @@ impl NodeState {
             })
             .collect();
         let mut state = NodeState {
-            name: name.to_string(),
+            name,
             inventory,
             usage,
             facts,
@@ -389,7 +393,7 @@ impl NodeState {
             .vendors
             .iter()
             .flat_map(|v| v.devices.first())
-            .map(|d| d.dev_type.as_str())
+            .map(|d| &*d.dev_type)
             .next()
     }
 
@@ -415,7 +419,18 @@ impl NodeState {
             .vendors
             .iter()
             .enumerate()
-            .find_map(|(g, vd)| vd.devices.iter().position(|d| d.id == uuid).map(|i| (g, i)))
+            .find_map(|(g, vd)| {
+                vd.devices
+                    .iter()
+                    .position(|d| &*d.id == uuid)
+                    .map(|i| (g, i))
+            })
+    }
+
+    /// The registered UUID string of the device with this UUID, to share.
+    fn device_id(&self, uuid: &str) -> Option<&Arc<str>> {
+        self.position(uuid)
+            .map(|(g, i)| &self.inventory.vendors[g].devices[i].id)
     }
 
     pub fn name(&self) -> &str {
@@ -526,11 +541,15 @@ pub struct ApplyReport {
 /// Pod records and the node usage derived from them.
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
-    /// Hashed: the placement engine looks every candidate up by name.
-    nodes: FxHashMap<String, NodeState>,
-    /// Keyed by the record's own UID (shared, not copied).
-    pods: FxHashMap<Arc<str>, PodRecord>,
-    pods_by_node: FxHashMap<Arc<str>, FxHashSet<Arc<str>>>,
+    /// Hashed: the placement engine looks every candidate up by name. Keyed by the
+    /// node's interned name.
+    nodes: FxHashMap<Arc<str>, NodeState>,
+    /// Keyed by the record's own UID: a table of records alone, without a key beside
+    /// each (16 bytes a pod; `docs/extender.md#memory`).
+    pods: PodTable,
+    /// The UIDs of each node's records, unordered: a node holds a few dozen pods at
+    /// most, and a list costs a third of a hash set (`docs/extender.md#memory`).
+    pods_by_node: FxHashMap<Arc<str>, Vec<Arc<str>>>,
     /// Namespaces, node names and device UUIDs the records share.
     interned: FxHashSet<Arc<str>>,
     /// Records removed since unused interned strings were last dropped.
@@ -566,16 +585,17 @@ impl Ledger {
             return;
         }
         let resources = self.resources.get(name).copied().unwrap_or_default();
-        let mut state = NodeState::new(name, inventory, resources);
-        if let Some(uids) = self.pods_by_node.get(name) {
+        let name = self.intern(name);
+        let mut state = NodeState::new(name.clone(), inventory, resources);
+        if let Some(uids) = self.pods_by_node.get(&name) {
             for uid in uids {
                 if let Some(rec) = self.pods.get(uid) {
                     state.charge(&rec.charges, true);
                 }
             }
         }
-        self.nodes.insert(name.to_string(), state);
-        self.node_changed(name);
+        self.nodes.insert(name.clone(), state);
+        self.changes.push(Change::Node(name));
     }
 
     /// Forgets a node. Its pods stay recorded and count again if it comes back.
@@ -615,7 +635,17 @@ impl Ledger {
         record.namespace = self.intern(&record.namespace);
         record.node = self.intern(&record.node);
         for c in &mut record.charges {
-            c.uuid = self.intern(&c.uuid);
+            // The node's own UUID string where it registers the device (one allocation per
+            // device, whatever the number of pods on it), interned where it does not (yet).
+            let registered = self
+                .nodes
+                .get(&*record.node)
+                .and_then(|n| n.device_id(&c.uuid))
+                .cloned();
+            c.uuid = match registered {
+                Some(id) => id,
+                None => self.intern(&c.uuid),
+            };
             c.vendor = self.intern(&c.vendor);
         }
         self.charge_namespace(&record, true);
@@ -630,11 +660,12 @@ impl Ledger {
             None => report.unknown_node = true,
         }
         self.changes.push(Change::Pod(record.uid.clone()));
+        // Not there: `remove_pod` above took out any earlier record of this UID.
         self.pods_by_node
             .entry(record.node.clone())
             .or_default()
-            .insert(record.uid.clone());
-        self.pods.insert(record.uid.clone(), record);
+            .push(record.uid.clone());
+        self.pods.insert(record);
         report
     }
 
@@ -721,9 +752,12 @@ impl Ledger {
         }
         self.changes.push(Change::Pod(rec.uid.clone()));
         self.charge_namespace(&rec, false);
-        if let Some(set) = self.pods_by_node.get_mut(&rec.node) {
-            set.remove(uid);
-            if set.is_empty() {
+        if let Some(uids) = self.pods_by_node.get_mut(&rec.node) {
+            // The record's own UID string is the one in the list.
+            if let Some(at) = uids.iter().position(|u| Arc::ptr_eq(u, &rec.uid)) {
+                uids.swap_remove(at);
+            }
+            if uids.is_empty() {
                 self.pods_by_node.remove(&rec.node);
             }
         }
@@ -852,7 +886,7 @@ impl Ledger {
     /// bookkeeping against the definition.
     pub fn recomputed_usage(&self, name: &str) -> Option<Vec<Vec<Usage>>> {
         let node = self.nodes.get(name)?;
-        let mut fresh = NodeState::new(name, node.inventory.clone(), node.resources);
+        let mut fresh = NodeState::new(node.name.clone(), node.inventory.clone(), node.resources);
         for rec in self.pods.values().filter(|r| &*r.node == name) {
             fresh.charge(&rec.charges, true);
         }

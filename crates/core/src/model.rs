@@ -5,6 +5,7 @@
 //! in the codecs (`crate::codec`) and the serde renames below.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -13,8 +14,11 @@ use serde::{Deserialize, Serialize};
 /// device derived from the node's capacity; `docs/vendors.md`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct DeviceInfo {
-    /// Device UUID (`GPU-…`); the key every allocation refers to.
-    pub id: String,
+    /// Device UUID (`GPU-…`); the key every allocation refers to. Shared: the ledger's
+    /// records of the pods on the device point at this very string
+    /// (`docs/extender.md#memory`).
+    #[serde(with = "shared_str")]
+    pub id: Arc<str>,
     /// Index of the device on its node (NVML index for NVIDIA).
     pub index: u32,
     /// Number of containers that may share the device (split slots).
@@ -26,13 +30,15 @@ pub struct DeviceInfo {
     #[serde(rename = "devcore")]
     pub cores: u32,
     /// Device model as registered, e.g. `NVIDIA-Tesla V100-SXM2-32GB`.
-    #[serde(rename = "type")]
-    pub dev_type: String,
+    /// Shared by the node's devices of one model ([`DeviceInfo::share_strings`]).
+    #[serde(rename = "type", with = "shared_str")]
+    pub dev_type: Arc<str>,
     /// NUMA node the device is attached to.
     pub numa: i32,
     /// Operating mode: `hami-core` (shared through HAMi-core, `libvgpu.so`), `mig` or
     /// `mps`; empty means `hami-core`.
-    pub mode: String,
+    #[serde(with = "shared_str")]
+    pub mode: Arc<str>,
     /// Whether the device is healthy. A missing value on the wire means unhealthy.
     pub health: bool,
     /// MIG profiles the device offers (only in `mig` mode).
@@ -50,6 +56,21 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Makes equal model and mode strings of `devices` one shared string each: a node's
+    /// devices are usually of one model, and 40,000 GPUs with strings of their own cost
+    /// about 2 MiB (`docs/extender.md#memory`).
+    pub fn share_strings(devices: &mut [DeviceInfo]) {
+        let mut seen: Vec<Arc<str>> = Vec::new();
+        let mut share = |s: &mut Arc<str>| match seen.iter().find(|k| **k == *s) {
+            Some(k) => *s = k.clone(),
+            None => seen.push(s.clone()),
+        };
+        for d in devices {
+            share(&mut d.dev_type);
+            share(&mut d.mode);
+        }
+    }
+
     /// A `custominfo` entry as an integer (JSON numbers are floats in Go's decoder, so
     /// an integral float counts).
     pub fn custom_int(&self, key: &str) -> Option<i64> {
@@ -61,6 +82,21 @@ impl DeviceInfo {
     /// A `custominfo` entry as a string.
     pub fn custom_str(&self, key: &str) -> Option<&str> {
         self.custom_info.get(key)?.as_str()
+    }
+}
+
+/// Serde for the shared strings of [`DeviceInfo`] (as plain strings on the wire).
+mod shared_str {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(s: &Arc<str>, ser: S) -> Result<S::Ok, S::Error> {
+        ser.serialize_str(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(de: D) -> Result<Arc<str>, D::Error> {
+        String::deserialize(de).map(Arc::from)
     }
 }
 
@@ -186,7 +222,7 @@ impl DeviceUsage {
     /// A device with nothing on it.
     pub fn idle(info: &DeviceInfo) -> Self {
         DeviceUsage {
-            id: info.id.clone(),
+            id: info.id.to_string(),
             index: info.index,
             used: 0,
             count: info.count,
@@ -195,8 +231,8 @@ impl DeviceUsage {
             cores_used: 0,
             cores_total: info.cores,
             numa: info.numa,
-            dev_type: info.dev_type.clone(),
-            mode: info.mode.clone(),
+            dev_type: info.dev_type.to_string(),
+            mode: info.mode.to_string(),
             health: info.health,
         }
     }

@@ -148,12 +148,12 @@ pub fn node_gpus(node: &NodeState, pods: &[&PodRecord]) -> Vec<GpuView> {
                 node: node.name().to_string(),
                 vendor: vd.vendor.clone(),
                 index: d.index,
-                uuid: d.id.clone(),
-                model: d.dev_type.clone(),
+                uuid: d.id.to_string(),
+                model: d.dev_type.to_string(),
                 numa: d.numa,
-                mode: d.mode.clone(),
+                mode: d.mode.to_string(),
                 healthy: d.health,
-                cordoned: cordon.contains(&d.id),
+                cordoned: cordon.contains(&*d.id),
                 memory_mib: Amount::new(u.mem_used, u64::from(d.mem_mib)),
                 cores: Amount::new(u.cores_used, u64::from(d.cores)),
                 slots: Amount::new(u64::from(u.used), u64::from(d.count)),
@@ -185,7 +185,7 @@ pub fn node_fragmentation(node: &NodeState) -> Fragmentation {
         .groups()
         .flat_map(|(vd, usage)| {
             vd.devices.iter().zip(usage).map(|(d, u)| {
-                if d.health && !cordon.contains(&d.id) {
+                if d.health && !cordon.contains(&*d.id) {
                     free_share(d, u)
                 } else {
                     0

@@ -17,14 +17,14 @@ fn err_text<T: std::fmt::Debug>(result: Result<T, CodecError>) -> String {
 
 fn p4(id: &str) -> DeviceInfo {
     DeviceInfo {
-        id: id.to_owned(),
+        id: id.into(),
         index: 0,
         count: 5,
         mem_mib: 8192,
         cores: 100,
-        dev_type: "NVIDIA-Tesla P4".to_owned(),
+        dev_type: "NVIDIA-Tesla P4".into(),
         numa: 0,
-        mode: String::new(),
+        mode: "".into(),
         health: true,
         mig_profiles: Vec::new(),
         custom_info: Default::default(),
@@ -59,14 +59,14 @@ mod node_register_json {
     #[test]
     fn encodes_every_key_in_writer_order() {
         let device = DeviceInfo {
-            id: "GPU-1".to_owned(),
+            id: "GPU-1".into(),
             index: 3,
             count: 7,
             mem_mib: 40960,
             cores: 100,
-            dev_type: "NVIDIA A100".to_owned(),
+            dev_type: "NVIDIA A100".into(),
             numa: 1,
-            mode: "mig".to_owned(),
+            mode: "mig".into(),
             health: true,
             mig_profiles: vec![mig_1g5gb()],
             custom_info: Default::default(),
@@ -104,7 +104,7 @@ mod node_register_json {
     #[test]
     fn strings_are_escaped_like_go() {
         let device = DeviceInfo {
-            id: "a<b>&\"c\"\n".to_owned(),
+            id: "a<b>&\"c\"\n".into(),
             ..DeviceInfo::default()
         };
         let encoded = encode_node_register_json(std::slice::from_ref(&device));
@@ -124,7 +124,7 @@ mod node_register_json {
         assert_eq!(
             devices,
             vec![DeviceInfo {
-                id: "GPU-0".to_owned(),
+                id: "GPU-0".into(),
                 ..DeviceInfo::default()
             }]
         );
@@ -173,7 +173,7 @@ mod node_register_json {
         let value = r#"[{"id":"GPU-0","mode":"mig","migProfiles":[{"name":"1g.5gb","memoryMB":4864,"core":15,"sliceCount":1,"instanceCount":7,"placements":[{"start":6,"size":1}]}]}]"#;
         let devices = decode_node_register_json(value).unwrap();
         assert_eq!(devices[0].mig_profiles, vec![mig_1g5gb()]);
-        assert_eq!(devices[0].mode, "mig");
+        assert_eq!(&*devices[0].mode, "mig");
     }
 
     #[test]
@@ -272,14 +272,14 @@ mod node_register_legacy {
 
     fn ebe7() -> DeviceInfo {
         DeviceInfo {
-            id: "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4".to_owned(),
+            id: "GPU-ebe7c3f7-303d-558d-435e-99a160631fe4".into(),
             index: 0,
             count: 10,
             mem_mib: 7680,
             cores: 100,
-            dev_type: "NVIDIA-Tesla P4".to_owned(),
+            dev_type: "NVIDIA-Tesla P4".into(),
             numa: 0,
-            mode: "hami-core".to_owned(),
+            mode: "hami-core".into(),
             health: true,
             mig_profiles: Vec::new(),
             custom_info: Default::default(),
@@ -297,7 +297,7 @@ mod node_register_legacy {
     #[test]
     fn encodes_several_devices() {
         let mut second = ebe7();
-        second.id = "GPU-2".to_owned();
+        second.id = "GPU-2".into();
         second.index = 1;
         second.numa = 1;
         second.health = false;
@@ -331,14 +331,14 @@ mod node_register_legacy {
         assert_eq!(
             decode_node_register_legacy(value).unwrap(),
             vec![DeviceInfo {
-                id: "GPU-a".to_owned(),
+                id: "GPU-a".into(),
                 index: 5,
                 count: 4,
                 mem_mib: 16384,
                 cores: 200,
-                dev_type: "NVIDIA-A10".to_owned(),
+                dev_type: "NVIDIA-A10".into(),
                 numa: -1,
-                mode: "mps".to_owned(),
+                mode: "mps".into(),
                 health: false,
                 mig_profiles: Vec::new(),
                 custom_info: Default::default(),
@@ -539,7 +539,7 @@ mod node_register_auto {
     fn anything_else_is_legacy() {
         let value = "GPU-0,5,8192,100,NVIDIA-Tesla P4,0,true:";
         let mut expected = p4("GPU-0");
-        expected.mode = "hami-core".to_owned();
+        expected.mode = "hami-core".into();
         assert_eq!(decode_node_register(value).unwrap(), vec![expected]);
         assert_eq!(
             err_text(decode_node_register("")),

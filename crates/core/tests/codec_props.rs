@@ -82,14 +82,14 @@ fn json_device() -> impl Strategy<Value = DeviceInfo> {
                 mig_profiles,
             )| {
                 DeviceInfo {
-                    id,
+                    id: id.into(),
                     index,
                     count,
                     mem_mib: devmem,
                     cores: devcore,
-                    dev_type,
+                    dev_type: dev_type.into(),
                     numa,
-                    mode,
+                    mode: mode.into(),
                     health,
                     mig_profiles,
                     custom_info: Default::default(),
@@ -110,14 +110,14 @@ fn legacy_devices() -> impl Strategy<Value = Vec<DeviceInfo>> {
     )
         .prop_map(
             |((id, index, count, devmem, devcore), (dev_type, numa, mode, health))| DeviceInfo {
-                id: format!("GPU-{id}"),
+                id: format!("GPU-{id}").into(),
                 index,
                 count,
                 mem_mib: devmem,
                 cores: devcore,
-                dev_type,
+                dev_type: dev_type.into(),
                 numa,
-                mode,
+                mode: mode.into(),
                 health,
                 mig_profiles: Vec::new(),
                 custom_info: Default::default(),

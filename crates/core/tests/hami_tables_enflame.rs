@@ -140,11 +140,11 @@ fn get_node_devices_drs_annotation() {
         format!(r#"{{"devices":[{{"index":"0","minor":"0","capacity":6}}],"profiles":{MENU}}}"#);
     let got = decode_drs_capacity("node-a", &value).unwrap();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].dev_type, "Enflame");
+    assert_eq!(&*got[0].dev_type, "Enflame");
     assert_eq!(got[0].mem_mib, 40960);
     assert_eq!(got[0].count, 6);
     assert_eq!(got[0].custom_str("minor"), Some("0"));
-    assert_eq!(got[0].id, "node-a-enflame-drs-0");
+    assert_eq!(&*got[0].id, "node-a-enflame-drs-0");
 }
 
 // ---- device_test.go: Test_checkType ----
@@ -710,7 +710,7 @@ fn drs_capacity_decodes_beside_whole_gcus() {
     let (inv, issues) = decode_node(&[("enflame.com/gcu-drs-capacity", CAPACITY)]);
     assert!(issues.is_empty(), "{issues:?}");
     let drs = devices_of(&inv, "Enflame");
-    let ids: Vec<&str> = drs.iter().map(|d| d.id.as_str()).collect();
+    let ids: Vec<&str> = drs.iter().map(|d| &*d.id).collect();
     assert_eq!(ids, ["n-enflame-drs-0", "n-enflame-drs-1"]);
     assert_eq!(
         (drs[1].count, drs[1].mem_mib, drs[1].cores),

@@ -212,7 +212,7 @@ fn vxpu_get_node_devices() {
     .unwrap()
     .unwrap();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].dev_type, "XPU");
+    assert_eq!(&*got[0].dev_type, "XPU");
 }
 
 #[test]

@@ -193,7 +193,7 @@ fn sgpu_get_devices() {
     .unwrap();
     let d = &got[0];
     assert_eq!(
-        (d.id.as_str(), d.count, d.cores, d.mem_mib, d.numa, d.health),
+        (&*d.id, d.count, d.cores, d.mem_mib, d.numa, d.health),
         ("GPU-123", 16, 100, 32768, 1, true)
     );
     assert_eq!(d.custom_str("QosPolicy"), Some("fixed-share"));

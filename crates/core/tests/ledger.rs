@@ -111,6 +111,72 @@ fn pods_seen_before_their_node_count_once_it_registers() {
 }
 
 #[test]
+fn records_share_the_registered_uuid_strings_and_forget_pods_per_node() {
+    use std::sync::Arc;
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 2, 1000);
+    let registered = ledger.node("n").unwrap().inventory().vendors[0].devices[1]
+        .id
+        .clone();
+    for name in ["a", "b", "c"] {
+        ledger.apply_pod(record(&placed_pod(name, "n", "n-gpu-1,NVIDIA,100,5:;")));
+    }
+    // Every record points at the node's own UUID string: one allocation per device.
+    for uid in ["uid-a", "uid-b", "uid-c"] {
+        assert!(Arc::ptr_eq(
+            &ledger.pod(uid).unwrap().charges[0].uuid,
+            &registered
+        ));
+    }
+    // A pod on a node not registered yet still gets a shared (interned) string.
+    ledger.apply_pod(record(&placed_pod(
+        "d",
+        "late",
+        "late-gpu-0,NVIDIA,100,5:;",
+    )));
+    ledger.apply_pod(record(&placed_pod(
+        "e",
+        "late",
+        "late-gpu-0,NVIDIA,100,5:;",
+    )));
+    assert!(Arc::ptr_eq(
+        &ledger.pod("uid-d").unwrap().charges[0].uuid,
+        &ledger.pod("uid-e").unwrap().charges[0].uuid
+    ));
+    // The per-node lists follow removals in any order.
+    assert_eq!(ledger.pod_count_on("n"), 3);
+    ledger.remove_pod("uid-b");
+    let names: Vec<&str> = ledger.pods_on("n").iter().map(|r| &*r.name).collect();
+    assert_eq!(names, ["a", "c"]);
+    ledger.remove_pod("uid-a");
+    ledger.remove_pod("uid-c");
+    assert_eq!(ledger.pod_count_on("n"), 0);
+    assert_eq!(ledger.usage("n").unwrap()[0][1].mem_used, 0);
+    assert_eq!(ledger.pod_count_on("late"), 2);
+}
+
+#[test]
+fn a_nodes_devices_share_their_model_and_mode_strings() {
+    use std::sync::Arc;
+    let reg = registry();
+    let mut a = BTreeMap::new();
+    a.insert(
+        "hami.io/node-nvidia-register".to_string(),
+        r#"[{"id":"GPU-0","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-T4","mode":"hami-core","health":true},{"id":"GPU-1","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-T4","mode":"hami-core","health":true},{"id":"GPU-2","count":10,"devmem":1000,"devcore":100,"type":"NVIDIA-A10","mode":"mig","health":true}]"#.to_string(),
+    );
+    let (inv, issues) = NodeInventory::from_annotations(&a, &reg);
+    assert!(issues.is_empty(), "{issues:?}");
+    let d = &inv.vendors[0].devices;
+    assert!(Arc::ptr_eq(&d[0].dev_type, &d[1].dev_type));
+    assert!(Arc::ptr_eq(&d[0].mode, &d[1].mode));
+    assert_eq!(
+        (&*d[2].dev_type, &*d[2].mode),
+        ("NVIDIA-A10", "mig"),
+        "different values stay different"
+    );
+}
+
+#[test]
 fn node_inventory_from_annotations_reports_bad_values() {
     let reg = registry();
     let mut a = BTreeMap::new();

@@ -294,7 +294,7 @@ fn mixed_node(n: usize, devices: u32) -> hami_core::ledger::NodeInventory {
     use hami_core::vendor::NodeView;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let dev = |id: String, i: u32, count: u32, mem: u32, cores: u32, t: &str| DeviceInfo {
-        id,
+        id: id.into(),
         index: i,
         count,
         mem_mib: mem,

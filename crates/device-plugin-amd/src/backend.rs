@@ -1,7 +1,6 @@
 //! The AMD backend: GPUs from sysfs joined with the library facts, health from the
 //! device nodes, and a catalog the Allocate hook reads (DRM minors, ROCr UUIDs, CUs).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use hami_device_plugin::tree_backend::{TreeBackend, TreeDevices};
@@ -23,21 +22,7 @@ pub type Catalog = hami_device_plugin::facts_file::Catalog<AmdGpu>;
 /// The framework's backend over [`AmdTree`].
 pub type AmdBackend = TreeBackend<AmdTree>;
 
-/// Where the node's files are (`--sysfs-root`, `--dev-root`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Roots {
-    pub sysfs: PathBuf,
-    pub dev: PathBuf,
-}
-
-impl Default for Roots {
-    fn default() -> Self {
-        Roots {
-            sysfs: "/sys".into(),
-            dev: "/dev".into(),
-        }
-    }
-}
+pub use hami_device_plugin::tree_backend::Roots;
 
 /// AMD GPUs as the node's files and the GPU facts show them.
 pub struct AmdTree {
@@ -61,10 +46,7 @@ impl AmdTree {
 }
 
 fn discovery_error(detail: impl ToString) -> BackendError {
-    BackendError::Discovery {
-        backend: "amd".into(),
-        detail: detail.to_string(),
-    }
+    hami_device_plugin::tree_backend::discovery_error("amd", detail)
 }
 
 /// A GPU is healthy while `/dev/kfd` and its DRM nodes exist.
@@ -81,17 +63,23 @@ impl TreeDevices for AmdTree {
         "amd"
     }
 
-    /// The GPUs the node would register: those with a renderD known to KFD and facts
-    /// from the library.
+    /// The GPUs (partitions of a partitioned GPU each on its own) the node would
+    /// register: those with a renderD known to KFD and facts from the library, keyed by
+    /// their own address. One whose UUID repeats another's is not registered (a kernel
+    /// that does not number partitions in KFD's `location_id` gives every partition of a
+    /// GPU the same address, hence the same facts).
     fn list(&self) -> Result<Vec<AmdGpu>, BackendError> {
-        let mut out = Vec::new();
+        let mut out: Vec<AmdGpu> = Vec::new();
         for sys in sysfs::gpus(&self.roots.sysfs).map_err(discovery_error)? {
-            match self.facts.facts(&sys.pci_bdf).map_err(discovery_error)? {
-                Some(f) => out.push(AmdGpu { sys, facts: f }),
-                None => {
-                    tracing::warn!(pci = %sys.pci_bdf, source = self.facts.name(), "GPU unknown to the GPU library: not registered")
-                }
+            let Some(f) = self.facts.facts(&sys.address).map_err(discovery_error)? else {
+                tracing::warn!(pci = %sys.address, source = self.facts.name(), "GPU unknown to the GPU library: not registered");
+                continue;
+            };
+            if let Some(other) = out.iter().find(|g| g.facts.uuid == f.uuid) {
+                tracing::warn!(pci = %sys.address, render = sys.render, other_render = other.sys.render, uuid = %f.uuid, "GPU with the UUID of another: not registered");
+                continue;
             }
+            out.push(AmdGpu { sys, facts: f });
         }
         Ok(out)
     }

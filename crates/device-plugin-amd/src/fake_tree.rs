@@ -5,11 +5,19 @@
 
 use std::path::Path;
 
-/// One GPU of a fake node.
+/// One GPU, or one partition of a partitioned GPU, of a fake node.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FakeGpu {
-    /// PCI address (`0000:0c:00.0`).
+    /// PCI address of the physical GPU (`0000:0c:00.0`).
     pub pci_bdf: String,
+    /// Partition number (0 for an unpartitioned GPU); KFD's `location_id` function bits.
+    pub partition: u32,
+    /// `<n>` of `devices/platform/amdgpu_xcp_<n>` for a partition other than 0, whose
+    /// DRM nodes live there instead of under the PCI device.
+    pub xcp: Option<u32>,
+    /// `current_compute_partition` / `current_memory_partition` of the PCI device.
+    pub compute_partition: String,
+    pub memory_partition: String,
     pub card: u32,
     pub render: u32,
     pub numa: i32,
@@ -21,24 +29,80 @@ pub struct FakeGpu {
     pub cu_count: u32,
 }
 
+impl FakeGpu {
+    /// The device's own address (the facts' key): the GPU's with the partition number as
+    /// the function.
+    pub fn address(&self) -> String {
+        let base = self
+            .pci_bdf
+            .rsplit_once('.')
+            .map_or(&*self.pci_bdf, |(b, _)| b);
+        format!("{base}.{}", self.partition)
+    }
+}
+
+/// MI300X's XCDs (8) and CUs (304) and VRAM (196 288 MiB as AMD SMI reports a VF).
+const MI300X_XCDS: u32 = 8;
+const MI300X_CUS: u32 = 304;
+const MI300X_VRAM_MIB: u64 = 196_288;
+
 /// `n` MI300X GPUs (304 CUs, 196 288 MiB VRAM as AMD SMI reports a VF), NUMA 0 then 1.
 pub fn mi300x(n: u32) -> Vec<FakeGpu> {
     (0..n)
         .map(|i| FakeGpu {
             pci_bdf: format!("0000:{:02x}:00.0", 0x0c + 0x16 * i),
+            partition: 0,
+            xcp: None,
+            compute_partition: "SPX".into(),
+            memory_partition: "NPS1".into(),
             card: i + 1,
             render: 128 + i,
             numa: i32::from(i >= n.div_ceil(2)),
             unique_id: 0x1407_0000_0000_0000 + u64::from(i),
             uuid: format!("8eff74b5-0000-1000-801b-b56457add{i:03x}"),
             market_name: "AMD Instinct MI300X".into(),
-            vram_mib: 196_288,
-            cu_count: 304,
+            vram_mib: MI300X_VRAM_MIB,
+            cu_count: MI300X_CUS,
         })
         .collect()
 }
 
-/// Writes `<root>/sys` (KFD topology with a CPU node 0, amdgpu PCI devices), `<root>/dev`
+/// `n` MI300X GPUs in compute partition mode `compute` (`DPX` = 2 partitions, `QPX` = 4,
+/// `CPX` = 8; anything else 1) and memory mode `memory` (`NPS1`, `NPS4`): every partition
+/// a device with its share of the CUs and VRAM. GPU `i` has the cards `8i+1..` and
+/// render nodes `128+8i..`; partition 0 is the PCI device's, partition `k` is
+/// `amdgpu_xcp_<(8-1)i+k-1>` (the driver's numbering). NUMA as in [`mi300x`].
+pub fn mi300x_partitioned(n: u32, compute: &str, memory: &str) -> Vec<FakeGpu> {
+    let parts = match compute.to_ascii_uppercase().as_str() {
+        "DPX" => 2,
+        "QPX" => 4,
+        "CPX" => MI300X_XCDS,
+        _ => 1,
+    };
+    let mut out = Vec::new();
+    for (i, gpu) in mi300x(n).into_iter().enumerate() {
+        let i = i as u32;
+        for k in 0..parts {
+            out.push(FakeGpu {
+                partition: k,
+                xcp: (k > 0).then(|| (MI300X_XCDS - 1) * i + k - 1),
+                compute_partition: compute.into(),
+                memory_partition: memory.into(),
+                card: MI300X_XCDS * i + 1 + k,
+                render: 128 + MI300X_XCDS * i + k,
+                unique_id: gpu.unique_id + (u64::from(k) << 8),
+                uuid: format!("8eff74b5-0000-1000-80{k:02x}-b56457add{i:03x}"),
+                vram_mib: MI300X_VRAM_MIB / u64::from(parts),
+                cu_count: MI300X_CUS / parts,
+                ..gpu.clone()
+            });
+        }
+    }
+    out
+}
+
+/// Writes `<root>/sys` (KFD topology with a CPU node 0, amdgpu PCI devices, partitions'
+/// platform devices), `<root>/dev`
 /// (`kfd`, `dri/card*`, `dri/renderD*` as plain files) and `<root>/gpu-facts.json`.
 pub fn write(root: &Path, gpus: &[FakeGpu]) -> std::io::Result<()> {
     let sys = root.join("sys");
@@ -63,23 +127,37 @@ pub fn write(root: &Path, gpus: &[FakeGpu]) -> std::io::Result<()> {
         std::fs::write(
             node.join("properties"),
             format!(
-                "cpu_cores_count 0\nsimd_count {}\nsimd_per_cu 4\nlocal_mem_size 0\ngfx_target_version 90402\nlocation_id {}\ndomain {domain}\ndrm_render_minor {}\nunique_id {}\nnum_xcc 8\n",
+                "cpu_cores_count 0\nsimd_count {}\nsimd_per_cu 4\nlocal_mem_size 0\ngfx_target_version 90402\nlocation_id {}\ndomain {domain}\ndrm_render_minor {}\nunique_id {}\nnum_xcc {}\n",
                 g.cu_count * 4,
-                (bus << 8) | (slot << 3),
+                (bus << 8) | (slot << 3) | u64::from(g.partition & 0x7),
                 g.render,
-                g.unique_id
+                g.unique_id,
+                MI300X_XCDS * g.cu_count / MI300X_CUS,
             ),
         )?;
         let pci = drivers.join(&g.pci_bdf);
-        std::fs::create_dir_all(pci.join(format!("drm/card{}", g.card)))?;
-        std::fs::create_dir_all(pci.join(format!("drm/renderD{}", g.render)))?;
-        std::fs::write(pci.join("numa_node"), format!("{}\n", g.numa))?;
-        std::fs::write(pci.join("current_compute_partition"), "SPX\n")?;
-        std::fs::write(pci.join("current_memory_partition"), "NPS1\n")?;
+        let drm = match g.xcp {
+            None => {
+                std::fs::create_dir_all(&pci)?;
+                std::fs::write(pci.join("numa_node"), format!("{}\n", g.numa))?;
+                std::fs::write(
+                    pci.join("current_compute_partition"),
+                    format!("{}\n", g.compute_partition),
+                )?;
+                std::fs::write(
+                    pci.join("current_memory_partition"),
+                    format!("{}\n", g.memory_partition),
+                )?;
+                pci.join("drm")
+            }
+            Some(x) => sys.join(format!("devices/platform/amdgpu_xcp_{x}/drm")),
+        };
+        std::fs::create_dir_all(drm.join(format!("card{}", g.card)))?;
+        std::fs::create_dir_all(drm.join(format!("renderD{}", g.render)))?;
         std::fs::write(dev.join(format!("dri/card{}", g.card)), "")?;
         std::fs::write(dev.join(format!("dri/renderD{}", g.render)), "")?;
         facts.insert(
-            g.pci_bdf.clone(),
+            g.address(),
             serde_json::json!({
                 "uuid": g.uuid, "market_name": g.market_name,
                 "vram_mib": g.vram_mib, "cu_count": g.cu_count,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use hami_core::model::DeviceInfo;
 use hami_core::pod::pod_name;
-use hami_device_plugin::hook::{device_spec, host_mount, live_node_pods};
+use hami_device_plugin::hook::{device_spec, host_mount, live_node_pods_and};
 use hami_device_plugin::{
     ContainerContext, HookError, Inventory, PhysicalDevice, PluginConfig, PodAllocation, VendorHook,
 };
@@ -54,7 +54,7 @@ impl AmdHook {
 
 impl VendorHook for AmdHook {
     /// HAMi's AMD entry: `devcore` is the GPU's CU count, `custominfo.pciBDF` its PCI
-    /// address, no mode.
+    /// address (a partition's own, `dddd:bb:dd.<partition>`), no mode.
     fn register_info(&self, inventory: &Inventory, cfg: &PluginConfig) -> Vec<DeviceInfo> {
         inventory
             .register_info(cfg)
@@ -62,10 +62,10 @@ impl VendorHook for AmdHook {
             .filter_map(|mut info| {
                 let gpu = self.catalog.get(&info.id)?;
                 info.cores = gpu.facts.cu_count;
-                info.mode = String::new();
+                info.mode = "".into();
                 info.custom_info.insert(
                     CUSTOM_PCI_BDF.into(),
-                    serde_json::Value::String(gpu.sys.pci_bdf.clone()),
+                    serde_json::Value::String(gpu.sys.address.clone()),
                 );
                 Some(info)
             })
@@ -102,17 +102,13 @@ async fn node_occupancy(
     node: &str,
     pod: &Pod,
 ) -> Result<(Occupancy, BTreeMap<String, BTreeSet<u32>>), HookError> {
-    let pods = live_node_pods(kube, node, "CU usage").await?;
-    let uid = pod.metadata.uid.as_deref();
+    let refused = |e: cu::CuError| HookError::Refused(e.to_string());
+    // The pod being allocated comes last, read as this call found it.
+    let pods = live_node_pods_and(kube, node, pod, "CU usage").await?;
     let mut occupancy = Occupancy::default();
     let mut own = BTreeMap::new();
-    let mut seen_self = false;
-    for p in &pods {
-        let is_self = p.metadata.uid.as_deref() == uid;
-        seen_self |= is_self;
-        // The pod being allocated is read as this call found it.
-        let source = if is_self { pod } else { p };
-        let Some(value) = source
+    for (i, p) in pods.iter().enumerate() {
+        let Some(value) = p
             .metadata
             .annotations
             .as_ref()
@@ -120,28 +116,12 @@ async fn node_occupancy(
         else {
             continue;
         };
-        let name = pod_name(source);
-        let held =
-            cu::parse_annotation(&name, value).map_err(|e| HookError::Refused(e.to_string()))?;
-        occupancy
-            .add(&name, &held)
-            .map_err(|e| HookError::Refused(e.to_string()))?;
-        if is_self {
+        let name = pod_name(p);
+        let held = cu::parse_annotation(&name, value).map_err(refused)?;
+        occupancy.add(&name, &held).map_err(refused)?;
+        if i + 1 == pods.len() {
             own = held;
         }
-    }
-    if !seen_self
-        && let Some(value) = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CU_ALLOCATED))
-    {
-        let name = pod_name(pod);
-        own = cu::parse_annotation(&name, value).map_err(|e| HookError::Refused(e.to_string()))?;
-        occupancy
-            .add(&name, &own)
-            .map_err(|e| HookError::Refused(e.to_string()))?;
     }
     Ok((occupancy, own))
 }

@@ -56,12 +56,13 @@ impl LibraryFacts {
         })
     }
 
-    /// The render node of the GPU at `pci_address`, as the kernel's tree names it.
+    /// The render node of the GPU (or partition: `docs/device-plugin.md#amd-partitions`)
+    /// at `pci_address`, as the kernel's tree names it.
     fn render_node(&self, pci_address: &str) -> Result<Option<PathBuf>, FactsError> {
         let gpus = sysfs::gpus(&self.roots.sysfs).map_err(|e| FactsError::Source(e.to_string()))?;
         Ok(gpus
             .iter()
-            .find(|g| g.pci_bdf.eq_ignore_ascii_case(pci_address))
+            .find(|g| g.address.eq_ignore_ascii_case(pci_address))
             .map(|g| self.roots.dev.join(format!("dri/renderD{}", g.render))))
     }
 }

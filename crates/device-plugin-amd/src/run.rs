@@ -73,11 +73,11 @@ pub fn discover(args: &NodeArgs) -> Result<serde_json::Value, RunError> {
         serve.hook_path.clone(),
         args.roots.dev_root.clone(),
     );
-    let inventory = Inventory::new(devices, &cfg);
-    let register = hook.encode_register(&hook.register_info(&inventory, &cfg));
+    let register = hook.register_value(&Inventory::new(devices, &cfg), &cfg);
     Ok(serde_json::json!({
         "gpus": gpus.iter().map(|g| serde_json::json!({
-            "pciBDF": g.sys.pci_bdf, "card": g.sys.card, "renderD": g.sys.render,
+            "pciBDF": g.sys.pci_bdf, "address": g.sys.address, "partition": g.sys.partition,
+            "platformDevice": g.sys.platform, "card": g.sys.card, "renderD": g.sys.render,
             "numa": g.sys.numa, "rocrUUID": g.sys.rocr_uuid, "kfdNode": g.sys.kfd_node,
             "computePartition": g.sys.compute_partition, "memoryPartition": g.sys.memory_partition,
             "uuid": g.facts.uuid, "marketName": g.facts.market_name,

@@ -3,12 +3,18 @@
 //!
 //! - KFD topology `class/kfd/kfd/topology/nodes/<n>/properties` (`<key> <value>` lines):
 //!   GPU nodes have `drm_render_minor > 0`; `unique_id` gives the ROCr UUID
-//!   (`GPU-%016x`), `domain` and `location_id` the PCI address.
+//!   (`GPU-%016x`), `domain` and `location_id` the PCI address, whose function bits KFD
+//!   sets to the partition number on a partitioned GPU.
 //! - amdgpu's PCI devices `module/amdgpu/drivers/pci:amdgpu/<dddd:bb:dd.f>`: `numa_node`
 //!   (required), `drm/card<N>`, `drm/renderD<M>`, the optional
 //!   `current_compute_partition` / `current_memory_partition`.
+//! - a partitioned GPU's further partitions `devices/platform/amdgpu_xcp_<n>`, each with
+//!   its own `drm/card<N>` and `drm/renderD<M>`.
 //!
-//! A GPU is the PCI device whose renderD minor is a KFD GPU node.
+//! A device is a PCI device or a partition whose renderD minor is a KFD GPU node. In a
+//! compute partition mode other than SPX (DPX, QPX, CPX) the PCI device is partition 0
+//! and every other partition is an `amdgpu_xcp_*` device; each is registered on its
+//! own (`docs/device-plugin.md#amd-partitions`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -32,15 +38,24 @@ pub struct KfdNode {
     pub render_minor: u32,
     /// `GPU-%016x` of `unique_id`, what `ROCR_VISIBLE_DEVICES` takes.
     pub rocr_uuid: String,
-    /// `dddd:bb:dd.0` from `domain` and `location_id`.
+    /// `dddd:bb:dd.0` from `domain` and `location_id`: the physical GPU's address.
     pub pci_bdf: String,
+    /// The partition number (`location_id`'s function bits; 0 on an unpartitioned GPU).
+    pub partition: u32,
 }
 
-/// One amdgpu GPU as the kernel shows it.
+/// One amdgpu GPU, or one partition of a partitioned GPU, as the kernel shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SysGpu {
-    /// PCI address, lower case (`0000:19:00.0`).
+    /// PCI address of the physical GPU, lower case (`0000:19:00.0`).
     pub pci_bdf: String,
+    /// This device's own address: the physical GPU's with the partition number as the
+    /// function (`0000:19:00.3`), as AMD SMI names partitions; the facts' key.
+    pub address: String,
+    /// Partition number on the GPU (0 for an unpartitioned GPU and for partition 0).
+    pub partition: u32,
+    /// `amdgpu_xcp_<n>` for a partition other than the PCI device's own.
+    pub platform: Option<String>,
     pub card: u32,
     pub render: u32,
     pub numa: i32,
@@ -116,6 +131,7 @@ pub fn kfd_nodes(sysfs: &Path) -> Result<Vec<KfdNode>, SysfsError> {
                 (loc >> 8) & 0xff,
                 (loc >> 3) & 0x1f
             ),
+            partition: (loc & 0x7) as u32,
         });
     }
     Ok(out)
@@ -164,8 +180,12 @@ pub fn gpus(sysfs: &Path) -> Result<Vec<SysGpu>, SysfsError> {
             tracing::warn!(device = %name, render, "amdgpu device unknown to KFD skipped");
             continue;
         };
+        let pci_bdf = name.to_lowercase();
         out.push(SysGpu {
-            pci_bdf: name.to_lowercase(),
+            address: partition_address(&pci_bdf, node.partition),
+            pci_bdf,
+            partition: node.partition,
+            platform: None,
             card,
             render,
             numa,
@@ -175,5 +195,70 @@ pub fn gpus(sysfs: &Path) -> Result<Vec<SysGpu>, SysfsError> {
             memory_partition: read_trimmed(&dev.join("current_memory_partition")),
         });
     }
+    let parts = partitions(sysfs, &kfd, &out);
+    out.extend(parts);
     Ok(out)
+}
+
+/// `dddd:bb:dd.<partition>` of the GPU at `pci_bdf` (`dddd:bb:dd.f`).
+fn partition_address(pci_bdf: &str, partition: u32) -> String {
+    let base = pci_bdf.rsplit_once('.').map_or(pci_bdf, |(b, _)| b);
+    format!("{base}.{partition}")
+}
+
+/// The `<n>` of `amdgpu_xcp_<n>`, for ordering.
+fn xcp_number(name: &str) -> Option<u32> {
+    name.strip_prefix("amdgpu_xcp_")?.parse().ok()
+}
+
+/// The partitions beyond each GPU's own: `devices/platform/amdgpu_xcp_*` whose renderD
+/// is a KFD GPU node (the driver keeps an `amdgpu_xcp_*` device for every possible
+/// partition; only those of the current mode are KFD nodes). A partition takes its GPU's
+/// NUMA node and partition modes; its GPU is the PCI device at its KFD address.
+fn partitions(sysfs: &Path, kfd: &[KfdNode], gpus: &[SysGpu]) -> Vec<SysGpu> {
+    let platform = sysfs.join("devices/platform");
+    let names = match read_dir_names(&platform) {
+        Ok(names) => names,
+        // No platform bus directory (a fake tree) means no partitions.
+        Err(_) if !platform.exists() => return Vec::new(),
+        Err(e) => {
+            tracing::warn!(error = %e, "partitions not read: only whole GPUs are devices");
+            return Vec::new();
+        }
+    };
+    let mut names: Vec<(u32, String)> = names
+        .into_iter()
+        .filter_map(|n| Some((xcp_number(&n)?, n)))
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for (_, name) in names {
+        let drm = platform.join(&name).join("drm");
+        let (Some(card), Some(render)) = (minor(&drm, "card"), minor(&drm, "renderD")) else {
+            tracing::debug!(device = %name, "partition device without drm/card* and drm/renderD* skipped");
+            continue;
+        };
+        let Some(node) = kfd.iter().find(|k| k.render_minor == render) else {
+            tracing::debug!(device = %name, render, "partition device unused in this partition mode (unknown to KFD)");
+            continue;
+        };
+        let Some(gpu) = gpus.iter().find(|g| g.pci_bdf == node.pci_bdf) else {
+            tracing::warn!(device = %name, render, pci = %node.pci_bdf, "partition of a GPU that is not an amdgpu PCI device skipped");
+            continue;
+        };
+        out.push(SysGpu {
+            pci_bdf: gpu.pci_bdf.clone(),
+            address: partition_address(&gpu.pci_bdf, node.partition),
+            partition: node.partition,
+            platform: Some(name),
+            card,
+            render,
+            numa: gpu.numa,
+            rocr_uuid: node.rocr_uuid.clone(),
+            kfd_node: node.node_id,
+            compute_partition: gpu.compute_partition.clone(),
+            memory_partition: gpu.memory_partition.clone(),
+        });
+    }
+    out
 }

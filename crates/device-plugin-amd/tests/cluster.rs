@@ -11,7 +11,7 @@ use hami_device_plugin::{Metrics, Plugin, PluginConfig, PluginStatus};
 use hami_device_plugin_amd::cli::{BINARY, Cli};
 use hami_device_plugin_amd::{AmdBackend, AmdHook, AmdTree, FileFacts, RESOURCE, Roots, fake_tree};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec};
-use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode};
+use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode, stop_plugin};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -49,9 +49,13 @@ fn config(dir: &Path, hook: &Path) -> PluginConfig {
 }
 
 async fn start() -> Node_ {
+    start_with(&fake_tree::mi300x(2)).await
+}
+
+async fn start_with(gpus: &[fake_tree::FakeGpu]) -> Node_ {
     let node = PluginNode::start(NODE).await.unwrap();
     let tree = tempfile::tempdir().unwrap();
-    fake_tree::write(tree.path(), &fake_tree::mi300x(2)).unwrap();
+    fake_tree::write(tree.path(), gpus).unwrap();
     let roots = Roots {
         sysfs: tree.path().join("sys"),
         dev: tree.path().join("dev"),
@@ -90,14 +94,9 @@ async fn start() -> Node_ {
 
 impl Node_ {
     async fn registered(&mut self, times: u64) {
-        let ok = tokio::time::timeout(
-            WAIT,
-            self.status
-                .wait_for(|s| s.registered && s.registrations >= times),
-        )
-        .await
-        .is_ok();
-        assert!(ok, "not registered {times}x: {:?}", *self.status.borrow());
+        if let Err(last) = PluginStatus::wait_registered(&mut self.status, times, WAIT).await {
+            panic!("not registered {times}x: {last:?}");
+        }
     }
 
     async fn node_annotation(&self, key: &str) -> Option<String> {
@@ -130,6 +129,28 @@ impl Node_ {
     }
 }
 
+impl Node_ {
+    /// Schedules pod `name` (no extra annotations) and has kubelet admit it.
+    async fn admit(
+        &self,
+        name: &str,
+        containers: Value,
+        to_allocate: &str,
+    ) -> Result<hami_testkit::kubelet::Admission, hami_testkit::kubelet::AdmitError> {
+        let pod = self
+            .scheduled(name, containers, to_allocate, json!({}))
+            .await;
+        self.node.kubelet.admit(&pod).await
+    }
+
+    /// Stops the plugin gracefully (it must end without error); the node stays up
+    /// while the caller holds it.
+    async fn stop(self) -> PluginNode {
+        stop_plugin(&self.shutdown, self.task, WAIT).await.unwrap();
+        self.node
+    }
+}
+
 fn gpu_container(name: &str, gpus: u32) -> Value {
     json!({"name": name, "image": "rocm", "resources": {"limits": {RESOURCE: gpus.to_string()}}})
 }
@@ -147,6 +168,44 @@ fn dev(container: &str, host: &Path) -> DeviceSpec {
         host_path: host.display().to_string(),
         permissions: "rw".into(),
     }
+}
+
+/// `/dev/kfd` and the DRM nodes `(card, renderD)` of each GPU, under `dev_root`.
+fn gpu_devices(dev_root: &Path, gpus: &[(u32, u32)]) -> Vec<DeviceSpec> {
+    let mut out = vec![dev("/dev/kfd", &dev_root.join("kfd"))];
+    for (card, render) in gpus {
+        for node in [format!("dri/card{card}"), format!("dri/renderD{render}")] {
+            out.push(dev(&format!("/dev/{node}"), &dev_root.join(&node)));
+        }
+    }
+    out
+}
+
+/// What container `name` of an admitted pod got: exactly this environment of a
+/// container with GPUs, `/dev/kfd` and the DRM nodes `(card, renderD)` of its GPUs.
+fn assert_gpu_container(
+    n: &Node_,
+    admitted: &hami_testkit::kubelet::Admission,
+    name: &str,
+    (cu_mask, visible, limit): (&str, &str, &str),
+    drm: &[(u32, u32)],
+) {
+    let r = &admitted.get(name, RESOURCE).unwrap().response;
+    assert_eq!(
+        env(r),
+        BTreeMap::from([
+            ("HSA_CU_MASK", cu_mask),
+            ("ROCR_VISIBLE_DEVICES", visible),
+            ("HIP_DEVICE_MEMORY_LIMIT", limit),
+            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
+        ]),
+        "container {name}"
+    );
+    assert_eq!(
+        r.devices,
+        gpu_devices(&n.tree.path().join("dev"), drm),
+        "container {name}"
+    );
 }
 
 #[tokio::test]
@@ -179,39 +238,26 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
     // Two containers, one Allocate call each: the lock stays until the second.
     let value =
         format!("{GPU0},{MODEL},16384,76:{GPU1},{MODEL},16384,76:;{GPU0},{MODEL},8192,38:;");
-    let pod = n
-        .scheduled(
+    let admitted = n
+        .admit(
             "train",
             json!([gpu_container("a", 2), gpu_container("b", 1)]),
             &value,
-            json!({}),
         )
-        .await;
-    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
-    let dev_root = n.tree.path().join("dev");
+        .await
+        .unwrap();
+    assert_gpu_container(
+        &n,
+        &admitted,
+        "a",
+        (
+            "0:0-75;1:0-75",
+            "GPU-1407000000000000,GPU-1407000000000001",
+            "16384m",
+        ),
+        &[(1, 128), (2, 129)],
+    );
     let a = &admitted.get("a", RESOURCE).unwrap().response;
-    assert_eq!(
-        env(a),
-        BTreeMap::from([
-            ("HSA_CU_MASK", "0:0-75;1:0-75"),
-            (
-                "ROCR_VISIBLE_DEVICES",
-                "GPU-1407000000000000,GPU-1407000000000001"
-            ),
-            ("HIP_DEVICE_MEMORY_LIMIT", "16384m"),
-            ("LD_AUDIT", "/usr/local/vgpu/libamvgpu.so"),
-        ])
-    );
-    assert_eq!(
-        a.devices,
-        [
-            dev("/dev/kfd", &dev_root.join("kfd")),
-            dev("/dev/dri/card1", &dev_root.join("dri/card1")),
-            dev("/dev/dri/renderD128", &dev_root.join("dri/renderD128")),
-            dev("/dev/dri/card2", &dev_root.join("dri/card2")),
-            dev("/dev/dri/renderD129", &dev_root.join("dri/renderD129")),
-        ]
-    );
     assert_eq!(a.mounts.len(), 1);
     assert_eq!(a.mounts[0].container_path, "/usr/local/vgpu/libamvgpu.so");
     assert_eq!(
@@ -243,19 +289,14 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
 
     // The next pod's CUs are first-fit after what live pods hold.
     let value = format!("{GPU1},{MODEL},4096,10:;");
-    let pod = n
-        .scheduled("infer", json!([gpu_container("c", 1)]), &value, json!({}))
-        .await;
-    let admitted = n.node.kubelet.admit(&pod).await.unwrap();
+    let admitted = n
+        .admit("infer", json!([gpu_container("c", 1)]), &value)
+        .await
+        .unwrap();
     let c = &admitted.get("c", RESOURCE).unwrap().response;
     assert_eq!(env(c)["HSA_CU_MASK"], "0:76-85");
 
-    n.shutdown.cancel();
-    tokio::time::timeout(WAIT, n.task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    n.stop().await;
 }
 
 #[tokio::test]
@@ -277,10 +318,11 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
             .unwrap();
     }
     let value = format!("{GPU0},{MODEL},4096,10:;");
-    let pod = n
-        .scheduled("new", json!([gpu_container("c", 1)]), &value, json!({}))
-        .await;
-    let err = n.node.kubelet.admit(&pod).await.unwrap_err().to_string();
+    let err = n
+        .admit("new", json!([gpu_container("c", 1)]), &value)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("CUs 0-9 are held by two pods"), "{err}");
     let ann = n.annotations("new").await;
     assert_eq!(ann["hami.io/bind-phase"], "failed");
@@ -296,14 +338,83 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
     std::fs::remove_file(n.tree.path().join("dev/dri/renderD129")).unwrap();
     assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 10, WAIT).await);
 
-    n.shutdown.cancel();
-    tokio::time::timeout(WAIT, n.task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    let node = n.stop().await;
     assert!(
-        !n.node.kubelet.dir().join("amd-gpu.sock").exists(),
+        !node.kubelet.dir().join("amd-gpu.sock").exists(),
         "socket removed on shutdown"
     );
+}
+
+/// An MI300X in CPX/NPS4 mode: eight partitions registered as devices of 38 CUs and an
+/// eighth of the VRAM each; a container given two partitions gets their own DRM nodes,
+/// ROCr UUIDs and CU masks counted within each partition, and a partition's CUs run out
+/// on their own.
+#[tokio::test]
+async fn cpx_partitions_register_and_allocate_as_devices() {
+    let mut n = start_with(&fake_tree::mi300x_partitioned(1, "CPX", "NPS4")).await;
+    n.registered(1).await;
+    assert!(n.node.kubelet.wait_for_healthy(RESOURCE, 80, WAIT).await);
+    let register = n
+        .node
+        .wait_node_annotation("hami.io/node-amd-register", WAIT, |_| true)
+        .await
+        .unwrap();
+    let entries: Value = serde_json::from_str(&register).unwrap();
+    let part = |k: u32| format!("8eff74b5-0000-1000-80{k:02x}-b56457add000");
+    let expected: Vec<Value> = (0..8)
+        .map(|k| {
+            json!({"id": part(k), "index": k + 1, "count": 10, "devmem": 24536,
+                "devcore": 38, "type": MODEL, "health": true,
+                "custominfo": {"pciBDF": format!("0000:0c:00.{k}")}})
+        })
+        .collect();
+    assert_eq!(entries, Value::Array(expected));
+
+    let (p1, p3) = (part(1), part(3));
+    let value = format!("{p1},{MODEL},24536,38:{p3},{MODEL},8192,19:;");
+    let admitted = n
+        .admit("two-parts", json!([gpu_container("a", 2)]), &value)
+        .await
+        .unwrap();
+    assert_gpu_container(
+        &n,
+        &admitted,
+        "a",
+        (
+            "0:0-37;1:0-18",
+            "GPU-1407000000000100,GPU-1407000000000300",
+            "24536m",
+        ),
+        &[(2, 129), (4, 131)],
+    );
+    assert_eq!(
+        n.annotations("two-parts").await["hami.io/amd-cu-allocated"],
+        format!(r#"{{"{p1}":"0-37","{p3}":"0-18"}}"#)
+    );
+
+    // The rest of partition 3, then nothing left of it.
+    let value = format!("{p3},{MODEL},8192,19:;");
+    let admitted = n
+        .admit("rest", json!([gpu_container("b", 1)]), &value)
+        .await
+        .unwrap();
+    let b = &admitted.get("b", RESOURCE).unwrap().response;
+    assert_eq!(env(b)["HSA_CU_MASK"], "0:19-37");
+    assert_eq!(env(b)["ROCR_VISIBLE_DEVICES"], "GPU-1407000000000300");
+    let value = format!("{p3},{MODEL},1024,1:;");
+    let err = n
+        .admit("none-left", json!([gpu_container("c", 1)]), &value)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(&format!("device {p3}: 1 CUs wanted, only 0 of 38 free")),
+        "{err}"
+    );
+    assert_eq!(
+        n.annotations("none-left").await["hami.io/bind-phase"],
+        "failed"
+    );
+
+    n.stop().await;
 }

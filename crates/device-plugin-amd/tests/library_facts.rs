@@ -19,8 +19,12 @@ struct Node {
 
 /// A fake MI300X tree whose render nodes hold what the fake libdrm answers.
 fn node(n: u32) -> Node {
+    node_of(fake_tree::mi300x(n))
+}
+
+/// The fake tree of `gpus` (GPUs or partitions), render nodes answering for libdrm.
+fn node_of(gpus: Vec<FakeGpu>) -> Node {
     let dir = tempfile::tempdir().unwrap();
-    let gpus = fake_tree::mi300x(n);
     fake_tree::write(dir.path(), &gpus).unwrap();
     for g in &gpus {
         std::fs::write(
@@ -35,7 +39,8 @@ fn node(n: u32) -> Node {
 fn smi_gpus(gpus: &[FakeGpu]) -> Vec<FakeSmiGpu> {
     gpus.iter()
         .map(|g| FakeSmiGpu {
-            pci_address: g.pci_bdf.clone(),
+            // A partition's own BDF (its GPU's with the partition as function).
+            pci_address: g.address(),
             uuid: Some(g.uuid.clone()),
             market_name: Some(g.market_name.clone()),
         })
@@ -56,9 +61,9 @@ fn args(root: &Path, source: Option<FactsSourceKind>, smi: PathBuf, drm: PathBuf
     }
 }
 
-#[test]
-fn the_libraries_give_what_the_facts_file_gives() {
-    let n = node(2);
+/// `discover` with the fake libraries answering for `n`'s devices, checked equal to
+/// `discover` with the facts file.
+fn libraries_as_file(n: &Node) -> serde_json::Value {
     let libs = tempfile::tempdir().unwrap();
     let smi = testing::fake_amd_smi(libs.path(), &smi_gpus(&n.gpus), 0).unwrap();
     let drm = testing::fake_libdrm_amdgpu(libs.path()).unwrap();
@@ -73,9 +78,35 @@ fn the_libraries_give_what_the_facts_file_gives() {
     file.gpu_facts = Some(n.dir.path().join("gpu-facts.json"));
     let from_file = hami_device_plugin_amd::run::discover(&file).unwrap();
     assert_eq!(from_libraries, from_file);
+    from_libraries
+}
+
+#[test]
+fn the_libraries_give_what_the_facts_file_gives() {
+    let n = node(2);
+    let from_libraries = libraries_as_file(&n);
     assert_eq!(from_libraries["gpus"][1]["uuid"], n.gpus[1].uuid);
     assert_eq!(from_libraries["gpus"][1]["vramMiB"], 196_288);
     assert_eq!(from_libraries["gpus"][1]["cuCount"], 304);
+}
+
+/// An MI300X in CPX mode: AMD SMI names each partition by its own BDF and libdrm answers
+/// on the partition's own render node, so every partition gets its own facts, the same
+/// the facts file gives (`docs/device-plugin.md#amd-partitions`).
+#[test]
+fn cpx_partitions_get_their_own_library_facts() {
+    let n = node_of(fake_tree::mi300x_partitioned(1, "CPX", "NPS4"));
+    let from_libraries = libraries_as_file(&n);
+    let gpus = from_libraries["gpus"].as_array().unwrap();
+    assert_eq!(gpus.len(), 8, "{from_libraries}");
+    let p3 = gpus
+        .iter()
+        .find(|g| g["address"] == "0000:0c:00.3")
+        .unwrap();
+    assert_eq!(p3["uuid"], n.gpus[3].uuid);
+    assert_eq!(p3["renderD"], 131);
+    assert_eq!(p3["vramMiB"], 196_288 / 8);
+    assert_eq!(p3["cuCount"], 38);
 }
 
 #[test]

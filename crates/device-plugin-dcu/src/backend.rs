@@ -2,7 +2,6 @@
 //! device nodes, and a catalog the Allocate hook reads (DRM nodes, PCI address, SMI
 //! index, CUs).
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use hami_device_plugin::tree_backend::{TreeBackend, TreeDevices};
@@ -36,12 +35,7 @@ pub type Catalog = hami_device_plugin::facts_file::Catalog<Dcu>;
 /// The framework's backend over [`DcuTree`].
 pub type DcuBackend = TreeBackend<DcuTree>;
 
-/// Where the node's files are (`--sysfs-root`, `--dev-root`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Roots {
-    pub sysfs: PathBuf,
-    pub dev: PathBuf,
-}
+pub use hami_device_plugin::tree_backend::Roots;
 
 /// DCUs as the node's files and the SMI facts show them.
 pub struct DcuTree {
@@ -65,10 +59,7 @@ impl DcuTree {
 }
 
 fn discovery_error(detail: impl ToString) -> BackendError {
-    BackendError::Discovery {
-        backend: "dcu".into(),
-        detail: detail.to_string(),
-    }
+    hami_device_plugin::tree_backend::discovery_error("dcu", detail)
 }
 
 /// Why SMI's facts cannot register a DCU, if they cannot: without a serial number its

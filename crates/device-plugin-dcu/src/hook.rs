@@ -15,7 +15,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use hami_core::codec::encode_node_register_legacy;
 use hami_core::model::DeviceInfo;
-use hami_device_plugin::hook::{device_spec, host_mount, live_node_pods};
+use hami_device_plugin::hook::{device_spec, host_mount, live_node_pods_and};
 use hami_device_plugin::{
     ContainerContext, HookError, Inventory, PluginConfig, PodAllocation, VendorHook,
 };
@@ -120,12 +120,8 @@ async fn live_pods(
     node: &str,
     pod: &Pod,
 ) -> Result<HashSet<String>, HookError> {
-    let pods = live_node_pods(kube, node, "vdev usage").await?;
-    Ok(pods
-        .iter()
-        .chain(std::iter::once(pod))
-        .filter_map(|p| p.metadata.uid.clone())
-        .collect())
+    let pods = live_node_pods_and(kube, node, pod, "vdev usage").await?;
+    Ok(pods.into_iter().filter_map(|p| p.metadata.uid).collect())
 }
 
 struct DcuPod {

@@ -85,8 +85,7 @@ pub fn discover(args: &NodeArgs) -> Result<serde_json::Value, RunError> {
     };
     let cfg = plugin_config(&serve, "discover")?;
     let hook = DcuHook::new(backend.catalog(), host_paths(&serve));
-    let inventory = Inventory::new(devices, &cfg);
-    let register = hook.encode_register(&hook.register_info(&inventory, &cfg));
+    let register = hook.register_value(&Inventory::new(devices, &cfg), &cfg);
     Ok(serde_json::json!({
         "dcus": dcus.iter().map(|d| serde_json::json!({
             "id": d.id(), "type": d.dev_type(), "index": d.facts.index,

@@ -11,7 +11,7 @@ use hami_device_plugin::{Metrics, Plugin, PluginStatus};
 use hami_device_plugin_dcu::cli::{BINARY, Cli, ServeArgs};
 use hami_device_plugin_dcu::{DcuHook, RESOURCE, fake_tree, run};
 use hami_kubelet_api::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
-use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode};
+use hami_testkit::plugin_node::{NAMESPACE as NS, PluginNode, stop_plugin};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -82,14 +82,9 @@ async fn start_with(prepare: impl FnOnce(&Path)) -> DcuNode {
 
 impl DcuNode {
     async fn registered(&mut self, times: u64) {
-        let ok = tokio::time::timeout(
-            WAIT,
-            self.status
-                .wait_for(|s| s.registered && s.registrations >= times),
-        )
-        .await
-        .is_ok();
-        assert!(ok, "not registered {times}x: {:?}", *self.status.borrow());
+        if let Err(last) = PluginStatus::wait_registered(&mut self.status, times, WAIT).await {
+            panic!("not registered {times}x: {last:?}");
+        }
     }
 
     async fn node_annotation(&self, key: &str) -> Option<String> {
@@ -125,12 +120,7 @@ impl DcuNode {
 
     /// Stops the plugin; the API server stays up while the caller holds the node.
     async fn stop(self) -> PluginNode {
-        self.shutdown.cancel();
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
+        stop_plugin(&self.shutdown, self.task, WAIT).await.unwrap();
         self.node
     }
 }

@@ -150,12 +150,12 @@ fn discover_prints_the_dcus_and_the_register_string() {
     // Exactly what the scheduler side decodes.
     let decoded = hami_core::codec::decode_node_register_legacy(register).unwrap();
     assert_eq!(decoded.len(), 2);
-    assert_eq!(decoded[1].id, "DCU-SN0002");
+    assert_eq!(&*decoded[1].id, "DCU-SN0002");
     assert_eq!(decoded[1].index, 1);
     assert_eq!(decoded[1].count, 4);
     assert_eq!(decoded[1].mem_mib, 65_520);
     assert_eq!(decoded[1].cores, 100);
-    assert_eq!(decoded[1].dev_type, "DCU-K100_AI");
-    assert_eq!(decoded[1].mode, "hami");
+    assert_eq!(&*decoded[1].dev_type, "DCU-K100_AI");
+    assert_eq!(&*decoded[1].mode, "hami");
     assert!(decoded[1].health);
 }

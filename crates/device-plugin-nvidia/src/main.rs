@@ -1,25 +1,21 @@
-use anyhow::Context;
 use clap::Parser;
+use hami_device_plugin::vendor_args::{Invocation, run_command};
 use hami_device_plugin_nvidia::cli::{Cli, Command};
+use hami_device_plugin_nvidia::{discover, run};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    // Ignored when already installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
-    cli.log.init_tracing()?;
-    match cli.command {
-        None => {
-            let shutdown = hami_server::shutdown::shutdown_on_signals();
-            hami_device_plugin_nvidia::run::run(cli.serve, shutdown)
-                .await
-                .context("hami-device-plugin-nvidia failed")
-        }
-        Some(Command::Discover(args)) => {
-            let report =
-                hami_device_plugin_nvidia::discover::discover(&args).context("discovery failed")?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
-            Ok(())
-        }
-    }
+    let invocation = match cli.command {
+        None => Invocation::Serve(cli.serve),
+        Some(Command::Discover(args)) => Invocation::Discover(args),
+    };
+    run_command(
+        run::BINARY,
+        &cli.log,
+        invocation,
+        run::run,
+        discover::discover,
+    )
+    .await
 }

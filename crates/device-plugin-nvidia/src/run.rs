@@ -5,16 +5,19 @@
 
 use std::sync::Arc;
 
-use hami_device_plugin::{DeviceBackend, Metrics, Plugin, PluginConfig, PluginError};
+use hami_device_plugin::serving::{self, ServeError, VendorPlugin};
+use hami_device_plugin::{DeviceBackend, HamiCoreHook, PluginConfig};
 use hami_server::CancellationToken;
 use hami_server::admin::Readiness;
 use hami_server::supervise::{RestartPolicy, Supervisor};
-use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 use crate::backends::Selected;
 use crate::cli::ServeArgs;
 use crate::settings::{self, SettingsError};
+
+/// The binary's name, in its start-up log line and errors.
+pub const BINARY: &str = "hami-device-plugin-nvidia";
 
 /// Why the plugin could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -25,21 +28,12 @@ pub enum RunError {
     Settings(#[from] SettingsError),
     #[error(transparent)]
     Backend(#[from] hami_device_plugin::BackendError),
+    /// Connecting, binding the admin port, building or supervising the plugin: the
+    /// start-up every plugin binary shares.
     #[error(transparent)]
-    Client(#[from] hami_k8s::client::ClientError),
-    #[error(transparent)]
-    Plugin(#[from] PluginError),
-    #[error("cannot listen on {address}: {source}")]
-    Bind {
-        address: String,
-        source: std::io::Error,
-    },
+    Serve(#[from] ServeError),
     #[error("--fake-workload needs --backend fake: real GPUs have HAMi-core write their regions")]
     FakeWorkloadNeedsFake,
-    #[error(transparent)]
-    Listener(#[from] hami_server::listener::TakeOverError),
-    #[error(transparent)]
-    GaveUp(#[from] hami_server::supervise::GaveUp),
 }
 
 /// Parses the flags into the framework configuration.
@@ -68,21 +62,21 @@ pub async fn serve(
     admin_listener: TcpListener,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
-    let (_, sup) = start(
-        cfg,
-        backend,
+    serving::serve_plugin(
+        plugin(cfg, backend),
         client,
         admin_listener,
         shutdown,
-        RestartPolicy::default(),
-    )?;
-    sup.run().await?;
+        |_| {},
+    )
+    .await?;
     Ok(())
 }
 
 /// Starts every task of the serving mode — the plugin's (see
-/// [`hami_device_plugin::tasks`]), the readiness follower and the admin server — under
-/// one supervisor, which the caller runs; with the readiness `/readyz` reports.
+/// [`hami_device_plugin::tasks`]) with HAMi-core's Allocate answer, the readiness
+/// follower and the admin server — under one supervisor, which the caller runs; with
+/// the readiness `/readyz` reports.
 pub fn start(
     cfg: PluginConfig,
     backend: Arc<dyn DeviceBackend>,
@@ -91,31 +85,30 @@ pub fn start(
     shutdown: CancellationToken,
     policy: RestartPolicy,
 ) -> Result<(Readiness, Supervisor), RunError> {
-    let mut registry = Registry::default();
-    let metrics = Metrics::register(&mut registry);
-    let events =
-        hami_k8s::events::Recorder::start(client.clone(), "hami-device-plugin", &cfg.node_name);
-    let plugin = Plugin::new(cfg, backend, client, metrics)?.with_events(events);
-    Ok(hami_device_plugin::serving::start(
-        plugin,
-        registry,
+    Ok(serving::start_plugin(
+        plugin(cfg, backend),
+        client,
         admin_listener,
         shutdown,
         policy,
     )?)
 }
 
+/// The NVIDIA plugin: HAMi-core's Allocate answer (the framework's default hook).
+fn plugin(cfg: PluginConfig, backend: Arc<dyn DeviceBackend>) -> VendorPlugin {
+    VendorPlugin {
+        binary: BINARY,
+        cfg,
+        backend,
+        hook: Arc::new(HamiCoreHook),
+    }
+}
+
 /// Loads everything the flags name and serves until `shutdown`.
 pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), RunError> {
     let cfg = plugin_config(&args)?;
     let selected = Selected::build(&args.backend)?;
-    let client = hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?;
-    let admin_listener = TcpListener::bind(args.admin.address)
-        .await
-        .map_err(|source| RunError::Bind {
-            address: args.admin.address.to_string(),
-            source,
-        })?;
+    let (client, admin_listener) = serving::connect(&args.client, args.admin.address).await?;
     tracing::info!(
         node = %cfg.node_name,
         resource = %cfg.resource_name,
@@ -123,7 +116,7 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
         split = cfg.split_count,
         plugin_dir = %cfg.plugin_dir.display(),
         admin = %args.admin.address,
-        "hami-device-plugin-nvidia starting"
+        "{BINARY} starting"
     );
     if args.fake_workload && !matches!(selected, Selected::Fake(_)) {
         return Err(RunError::FakeWorkloadNeedsFake);
@@ -136,19 +129,19 @@ pub async fn run(args: ServeArgs, shutdown: CancellationToken) -> Result<(), Run
             interval: args.fake_workload_interval,
         });
     let c = client.clone();
-    let (_, mut sup) = start(
-        cfg,
-        selected.backend(),
+    serving::serve_plugin(
+        plugin(cfg, selected.backend()),
         client,
         admin_listener,
         shutdown,
-        RestartPolicy::default(),
-    )?;
-    if let Some(settings) = workload {
-        sup.spawn("fake workload", move |stop| {
-            crate::workload::run(c.clone(), settings.clone(), stop)
-        });
-    }
-    sup.run().await?;
+        |sup| {
+            if let Some(settings) = workload {
+                sup.spawn("fake workload", move |stop| {
+                    crate::workload::run(c.clone(), settings.clone(), stop)
+                });
+            }
+        },
+    )
+    .await?;
     Ok(())
 }

@@ -76,6 +76,12 @@ pub trait VendorHook: Send + Sync + 'static {
         encode_node_register_json(entries)
     }
 
+    /// The register annotation's value for the inventory: what the publisher writes and
+    /// `discover` prints.
+    fn register_value(&self, inventory: &Inventory, cfg: &PluginConfig) -> String {
+        self.encode_register(&self.register_info(inventory, cfg))
+    }
+
     /// Whether the handshake annotation is answered `Reported <time>` every register
     /// round (HAMi's DCU plugin, whose scheduler re-reads the register annotation only
     /// after such an answer) rather than only when kubelet cannot vouch for the node
@@ -138,6 +144,24 @@ pub async fn live_node_pods(
         .into_iter()
         .filter(|p| !hami_core::pod::is_terminal(p))
         .collect())
+}
+
+/// [`live_node_pods`] with `pod`, the one being allocated, last and as this call found it
+/// (the list may not show it yet, or show an older copy).
+pub async fn live_node_pods_and(
+    kube: &kube::Client,
+    node: &str,
+    pod: &Pod,
+    purpose: &str,
+) -> Result<Vec<Pod>, HookError> {
+    let uid = pod.metadata.uid.as_deref();
+    let mut pods: Vec<Pod> = live_node_pods(kube, node, purpose)
+        .await?
+        .into_iter()
+        .filter(|p| p.metadata.uid.as_deref() != uid)
+        .collect();
+    pods.push(pod.clone());
+    Ok(pods)
 }
 
 /// NVIDIA's answer: HAMi-core (`libvgpu.so`) environment and mounts ([`libvgpu`]).

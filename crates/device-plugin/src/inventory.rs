@@ -59,14 +59,14 @@ impl Inventory {
         self.devices
             .iter()
             .map(|d| DeviceInfo {
-                id: d.uuid.clone(),
+                id: d.uuid.clone().into(),
                 index: d.index,
                 count: cfg.split_count,
                 mem_mib: registered_memory(d.memory_mib, cfg),
                 cores: scaled(100.0, cfg.core_scaling),
-                dev_type: d.model.clone(),
+                dev_type: d.model.clone().into(),
                 numa: d.numa.unwrap_or(0).max(0),
-                mode: cfg.operating_mode.clone(),
+                mode: cfg.operating_mode.clone().into(),
                 health: d.healthy,
                 mig_profiles: Vec::new(),
                 custom_info: Default::default(),
@@ -194,7 +194,7 @@ mod tests {
         assert_eq!(info[0].mem_mib, 23040);
         assert_eq!(info[0].cores, 200);
         assert_eq!(info[0].numa, 0, "negative NUMA is 0");
-        assert_eq!(info[0].mode, "hami-core");
+        assert_eq!(&*info[0].mode, "hami-core");
         assert!(info[0].health && !info[1].health);
         assert_eq!(info[1].numa, 1);
         assert_eq!(

@@ -91,9 +91,7 @@ pub(crate) async fn publish_once(
 ) -> Result<(), PublishError> {
     let cfg = &shared.cfg;
     let node_name = cfg.node_name.as_str();
-    let value = shared
-        .hook
-        .encode_register(&shared.hook.register_info(inventory, cfg));
+    let value = shared.hook.register_value(inventory, cfg);
     let api: Api<Node> = Api::all(shared.kube.clone());
     let node = api
         .get(node_name)

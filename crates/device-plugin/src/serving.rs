@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use hami_server::CancellationToken;
 use hami_server::admin::{AdminState, Readiness};
+use hami_server::args::ClientArgs;
 use hami_server::listener::{Relistener, TakeOverError};
 use hami_server::supervise::{RestartPolicy, Supervisor, supervise_admin};
 use prometheus_client::registry::Registry;
@@ -100,30 +101,38 @@ impl std::fmt::Debug for VendorPlugin {
     }
 }
 
-/// The serving mode of a vendor binary: connects to the API server, binds the admin
-/// port, starts the plugin (Warning events on failed allocations, metrics) and runs it
-/// supervised until `shutdown`.
-pub async fn serve_vendor(
+/// Connects to the API server (`--kubeconfig`, else in-cluster) and binds the admin
+/// port: what every plugin binary does before it starts.
+pub async fn connect(
+    client: &ClientArgs,
+    admin: std::net::SocketAddr,
+) -> Result<(kube::Client, TcpListener), ServeError> {
+    let kube = hami_k8s::client::connect(client.kubeconfig.as_deref()).await?;
+    let listener = TcpListener::bind(admin)
+        .await
+        .map_err(|source| ServeError::Bind {
+            address: admin.to_string(),
+            source,
+        })?;
+    Ok((kube, listener))
+}
+
+/// Builds the plugin on `client` (Warning events on failed allocations, metrics, the
+/// vendor's hook) and [`start`]s it with the admin server under one supervisor, which
+/// the caller runs (and may give tasks of its own first).
+pub fn start_plugin(
     plugin: VendorPlugin,
-    args: &crate::vendor_args::VendorServeArgs,
+    client: kube::Client,
+    admin_listener: TcpListener,
     shutdown: CancellationToken,
-) -> Result<(), ServeError> {
+    policy: RestartPolicy,
+) -> Result<(Readiness, Supervisor), ServeError> {
     let VendorPlugin {
-        binary,
+        binary: _,
         cfg,
         backend,
         hook,
     } = plugin;
-    let client = hami_k8s::client::connect(args.client.kubeconfig.as_deref()).await?;
-    let admin_listener = TcpListener::bind(args.admin.address)
-        .await
-        .map_err(|source| ServeError::Bind {
-            address: args.admin.address.to_string(),
-            source,
-        })?;
-    tracing::info!(node = %cfg.node_name, resource = %cfg.resource_name, split = cfg.split_count,
-        backend = backend.name(), plugin_dir = %cfg.plugin_dir.display(),
-        admin = %args.admin.address, "{binary} starting");
     let mut registry = Registry::default();
     let metrics = crate::Metrics::register(&mut registry);
     let events =
@@ -131,13 +140,42 @@ pub async fn serve_vendor(
     let plugin = Plugin::new(cfg, backend, client, metrics)?
         .with_events(events)
         .with_hook(hook);
-    let (_, sup) = start(
+    Ok(start(plugin, registry, admin_listener, shutdown, policy)?)
+}
+
+/// The serving mode of a vendor binary: [`connect`]s, starts the plugin
+/// ([`start_plugin`]) and runs it supervised until `shutdown`.
+pub async fn serve_vendor(
+    plugin: VendorPlugin,
+    args: &crate::vendor_args::VendorServeArgs,
+    shutdown: CancellationToken,
+) -> Result<(), ServeError> {
+    let (client, admin_listener) = connect(&args.client, args.admin.address).await?;
+    let cfg = &plugin.cfg;
+    tracing::info!(node = %cfg.node_name, resource = %cfg.resource_name, split = cfg.split_count,
+        backend = plugin.backend.name(), plugin_dir = %cfg.plugin_dir.display(),
+        admin = %args.admin.address, "{} starting", plugin.binary);
+    serve_plugin(plugin, client, admin_listener, shutdown, |_| {}).await
+}
+
+/// Runs `plugin` ([`start_plugin`]) supervised until `shutdown` or until a task keeps
+/// failing, with the tasks `extra` adds to the supervisor first (NVIDIA's fake
+/// workload).
+pub async fn serve_plugin(
+    plugin: VendorPlugin,
+    client: kube::Client,
+    admin_listener: TcpListener,
+    shutdown: CancellationToken,
+    extra: impl FnOnce(&mut Supervisor),
+) -> Result<(), ServeError> {
+    let (_, mut sup) = start_plugin(
         plugin,
-        registry,
+        client,
         admin_listener,
         shutdown,
         RestartPolicy::default(),
     )?;
+    extra(&mut sup);
     sup.run().await?;
     Ok(())
 }

@@ -24,6 +24,28 @@ pub struct PluginStatus {
     pub publish_error: Option<String>,
 }
 
+impl PluginStatus {
+    /// Waits up to `timeout` until the plugin behind `status` is registered with the
+    /// current kubelet after at least `times` registrations; the last status as the
+    /// error (for tests and harnesses).
+    pub async fn wait_registered(
+        status: &mut watch::Receiver<PluginStatus>,
+        times: u64,
+        timeout: std::time::Duration,
+    ) -> Result<(), PluginStatus> {
+        let reached = tokio::time::timeout(
+            timeout,
+            status.wait_for(|s| s.registered && s.registrations >= times),
+        )
+        .await
+        .is_ok_and(|r| r.is_ok());
+        if reached {
+            return Ok(());
+        }
+        Err(status.borrow().clone())
+    }
+}
+
 pub(crate) struct Shared {
     pub cfg: Arc<PluginConfig>,
     pub inventory: watch::Sender<Inventory>,

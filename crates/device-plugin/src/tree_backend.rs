@@ -3,6 +3,7 @@
 //! and how each becomes a [`PhysicalDevice`]; this keeps the last list in a [`Catalog`]
 //! for the vendor's hook and re-reads it every poll interval.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +12,36 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backend::{BackendError, BackendEvent, DeviceBackend, PhysicalDevice};
 use crate::facts_file::Catalog;
+
+/// Where a vendor's node files are (`--sysfs-root`, `--dev-root`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub sysfs: PathBuf,
+    pub dev: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots::from(&crate::vendor_args::RootArgs::default())
+    }
+}
+
+impl From<&crate::vendor_args::RootArgs> for Roots {
+    fn from(args: &crate::vendor_args::RootArgs) -> Self {
+        Roots {
+            sysfs: args.sysfs_root.clone(),
+            dev: args.dev_root.clone(),
+        }
+    }
+}
+
+/// A discovery error of the `backend` vendor's tree (`amd`, `dcu`).
+pub fn discovery_error(backend: &str, detail: impl ToString) -> BackendError {
+    BackendError::Discovery {
+        backend: backend.into(),
+        detail: detail.to_string(),
+    }
+}
 
 /// How a vendor reads its devices from the node's files.
 pub trait TreeDevices: Send + Sync + 'static {

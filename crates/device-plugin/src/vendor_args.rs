@@ -185,39 +185,70 @@ impl VendorBinary {
     }
 
     /// The process's entry point: parses the command line (exiting with clap's message
-    /// on a bad one), sets up logging, then serves until SIGTERM/SIGINT or prints what
-    /// `discover` returns.
-    pub async fn main<S, N, R, RE, DE>(
+    /// on a bad one), then [`run_command`].
+    pub async fn main<S, N, R, RE, D, DE>(
         &self,
         run: impl FnOnce(S, hami_server::CancellationToken) -> R,
-        discover: impl FnOnce(&N) -> Result<serde_json::Value, DE>,
+        discover: impl FnOnce(&N) -> Result<D, DE>,
     ) -> anyhow::Result<()>
     where
         S: Args,
         N: Args,
         R: std::future::Future<Output = Result<(), RE>>,
         RE: std::error::Error + Send + Sync + 'static,
+        D: serde::Serialize,
         DE: std::error::Error + Send + Sync + 'static,
     {
-        use anyhow::Context;
-        // Ignored when already installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let cli = self
             .try_parse_from::<S, N, _, _>(std::env::args_os())
             .unwrap_or_else(|e| e.exit());
-        cli.log.init_tracing()?;
-        match cli.command {
-            None => {
-                let shutdown = hami_server::shutdown::shutdown_on_signals();
-                run(cli.serve, shutdown)
-                    .await
-                    .with_context(|| format!("{} failed", self.name))
-            }
-            Some(VendorCommand::Discover(args)) => {
-                let report = discover(&args).context("discovery failed")?;
-                println!("{}", serde_json::to_string_pretty(&report)?);
-                Ok(())
-            }
+        let invocation = match cli.command {
+            None => Invocation::Serve(cli.serve),
+            Some(VendorCommand::Discover(args)) => Invocation::Discover(args),
+        };
+        run_command(self.name, &cli.log, invocation, run, discover).await
+    }
+}
+
+/// What a plugin binary was asked to do.
+#[derive(Debug)]
+pub enum Invocation<S, N> {
+    /// Serve (no subcommand).
+    Serve(S),
+    /// `discover`.
+    Discover(N),
+}
+
+/// What every plugin binary does once its command line is parsed: sets up logging,
+/// then serves until SIGTERM/SIGINT, or prints what `discover` returns as JSON.
+pub async fn run_command<S, N, R, RE, D, DE>(
+    binary: &str,
+    log: &hami_server::args::LogArgs,
+    invocation: Invocation<S, N>,
+    run: impl FnOnce(S, hami_server::CancellationToken) -> R,
+    discover: impl FnOnce(&N) -> Result<D, DE>,
+) -> anyhow::Result<()>
+where
+    R: std::future::Future<Output = Result<(), RE>>,
+    RE: std::error::Error + Send + Sync + 'static,
+    D: serde::Serialize,
+    DE: std::error::Error + Send + Sync + 'static,
+{
+    use anyhow::Context;
+    // Ignored when already installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    log.init_tracing()?;
+    match invocation {
+        Invocation::Serve(args) => {
+            let shutdown = hami_server::shutdown::shutdown_on_signals();
+            run(args, shutdown)
+                .await
+                .with_context(|| format!("{binary} failed"))
+        }
+        Invocation::Discover(args) => {
+            let report = discover(&args).context("discovery failed")?;
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Ok(())
         }
     }
 }

@@ -1,4 +1,6 @@
-//! POST /bind: take the node lock, mark the pod `allocating`, create the Binding.
+//! POST /bind: take the node lock, create the Binding (the pod carries the `allocating`
+//! mark from /filter's annotation write, [`crate::bind_mark`]; one without it is marked
+//! first).
 //!
 //! Every early return gives back what was taken (invariant 4,
 //! `docs/architecture.md#invariants`): the node lock (unless this pod already held it
@@ -9,7 +11,6 @@
 
 use std::time::{Duration, Instant};
 
-use hami_core::annotations as keys;
 use hami_core::codec::decode_node_lock;
 use hami_core::engine::PodPlan;
 use hami_core::sync::MutexExt;
@@ -24,6 +25,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 use tracing::Instrument;
 
+use crate::bind_mark;
 use crate::metrics::{BindOutcome, ErrorReason, Operation};
 use crate::service::{Extender, Failure, WriteState, fail, unix_now};
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult};
@@ -145,19 +147,30 @@ impl Extender {
         uid: &str,
         node: &str,
     ) -> Result<(), Failure> {
-        self.await_write(uid, ns, name).await?;
         // The locks of the vendors the pod holds devices of (docs/vendors.md#node-locks).
         let locks = {
             let st = self.lock_state();
             let held = st.vendors_held(uid);
             NodeLocks::for_vendors(&self.registry, held.iter().map(String::as_str))
         };
-        let took = if locks.shared {
-            Some(self.acquire_node_lock(node, ns, name).await?)
-        } else {
-            None
-        };
+        // The node lock is taken while /filter's annotation write is still on its way:
+        // both are needed before the Binding, neither needs the other (the device plugin
+        // reads the pod only once it is bound), so their round trips overlap.
+        let (written, took) = tokio::join!(self.await_write(uid, ns, name), async {
+            if locks.shared {
+                self.acquire_node_lock(node, ns, name).await.map(Some)
+            } else {
+                Ok(None)
+            }
+        });
+        let took = took?;
         let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
+        if let Err(f) = written {
+            if release_shared {
+                self.release_lock(node, ns, name).await;
+            }
+            return Err(f);
+        }
         let mut stamped = Vec::new();
         for (key, expiry) in &locks.stamps {
             if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
@@ -210,14 +223,16 @@ impl Extender {
         uid: &str,
         node: &str,
     ) -> Result<(), Failure> {
-        let phase = MetadataPatch::new()
-            .annotate(keys::BIND_PHASE, "allocating")
-            .annotate(keys::BIND_TIME, unix_now().to_string());
-        if let Err(e) = patch_pod(&self.client, PodRef::new(ns, name, uid), &phase).await {
-            return Err(api_failure(
-                &e,
-                format!("could not mark pod {ns}/{name} allocating: {e}"),
-            ));
+        // Marked by /filter's annotation write as a rule; annotations written otherwise
+        // (by HAMi, an older version) are marked here, as HAMi does.
+        if !self.lock_state().bind_marked(uid) {
+            let phase = bind_mark::mark(MetadataPatch::new(), unix_now());
+            if let Err(e) = patch_pod(&self.client, PodRef::new(ns, name, uid), &phase).await {
+                return Err(api_failure(
+                    &e,
+                    format!("could not mark pod {ns}/{name} allocating: {e}"),
+                ));
+            }
         }
         self.create_binding(ns, name, uid, node).await
     }
@@ -351,14 +366,23 @@ impl Extender {
         // The lock's own owner (a retried bind) takes it back at once: queued behind the
         // pods waiting for that very lock, it would only wait for them to give up.
         if self.owns_lock(node, ns, name) {
-            match self.try_lock(node, ns, name).await {
+            match self.try_lock(node, ns, name, None).await {
                 Ok(a) => return Ok(a),
                 Err(e) if e.is_held() => {}
                 Err(e) => return Err(lock_failure(e)),
             }
         }
-        self.acquire_waiting(node, || self.try_lock(node, ns, name))
-            .await
+        // The first attempt, once this bind's turn on the node has come, starts from the
+        // node watch's view when that shows the node unlocked (no read before the write);
+        // later ones, after waiting for a holder, read the node afresh.
+        let mut first = true;
+        self.acquire_waiting(node, || {
+            let seen = std::mem::take(&mut first)
+                .then(|| self.unlocked_at(node))
+                .flatten();
+            self.try_lock(node, ns, name, seen)
+        })
+        .await
     }
 
     /// Takes a vendor's own time-stamp lock (Cambricon's), waiting like for the node lock.
@@ -456,17 +480,45 @@ impl Extender {
         }
     }
 
-    /// One attempt at the node lock, taking over a lock nobody is binding.
-    async fn try_lock(&self, node: &str, ns: &str, name: &str) -> Result<Acquired, LockError> {
-        lock::try_acquire_with(
-            &self.client,
-            node,
-            ns,
-            name,
-            self.settings.node_lock_timeout,
-            &self.binds,
-        )
-        .await
+    /// One attempt at the node lock, taking over a lock nobody is binding; `unlocked_at`:
+    /// the resourceVersion at which the node watch showed the node unlocked, written
+    /// against without reading the node first.
+    async fn try_lock(
+        &self,
+        node: &str,
+        ns: &str,
+        name: &str,
+        unlocked_at: Option<String>,
+    ) -> Result<Acquired, LockError> {
+        let timeout = self.settings.node_lock_timeout;
+        match unlocked_at {
+            Some(version) => {
+                lock::try_acquire_seen_unlocked(
+                    &self.client,
+                    node,
+                    ns,
+                    name,
+                    timeout,
+                    &self.binds,
+                    &version,
+                )
+                .await
+            }
+            None => {
+                lock::try_acquire_with(&self.client, node, ns, name, timeout, &self.binds).await
+            }
+        }
+    }
+
+    /// The resourceVersion of the node as the node watch last showed it, when that showed
+    /// no node lock.
+    fn unlocked_at(&self, node: &str) -> Option<String> {
+        let st = self.lock_state();
+        let n = st.node(node)?;
+        if n.lock.is_some() {
+            return None;
+        }
+        n.resource_version.clone()
     }
 
     /// Whether the node's lock names pod `ns/name`, as the node watch last showed it.

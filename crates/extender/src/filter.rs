@@ -1,10 +1,11 @@
 //! POST /filter: choose the node and devices, reserve them, and have the pod annotated.
 //!
 //! The decision and the reservation happen under the state lock, so concurrent filters
-//! never hand out the same capacity twice. The annotation write happens after the
-//! answer, off kube-scheduler's critical path: /bind for the pod waits for it before
-//! the pod is bound (the device plugin reads the annotations only after binding), and a
-//! failed write abandons the reservation so /bind fails and kube-scheduler retries.
+//! never hand out the same capacity twice. The annotation write (with the bind mark,
+//! [`crate::bind_mark`]) happens after the answer, off kube-scheduler's critical path:
+//! /bind for the pod waits for it before the pod is bound (the device plugin reads the
+//! annotations only after binding), and a failed write abandons the reservation so /bind
+//! fails and kube-scheduler retries.
 //!
 //! One call, step by step: [`FilterPod::of`] and [`Extender::plan`] read the request,
 //! [`candidates`] lists the nodes, [`Extender::place_and_reserve`] decides and reserves
@@ -26,6 +27,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use crate::bind_mark;
 use crate::filter_report::{
     EVENT_NODES, NodeFailure, failed_nodes, failure_summary, success_message,
 };
@@ -329,11 +331,13 @@ impl Extender {
                 "FilteringSucceed",
                 placed.event,
             );
-            // Built here, off kube-scheduler's critical path.
+            // Built here, off kube-scheduler's critical path. The bind mark goes in the
+            // same patch, so /bind need not write it (`bind_mark`).
             let mut patch = MetadataPatch::new().label(keys::VGPU_NODE, placed.node);
             for (k, v) in placed.annotations {
                 patch = patch.annotate(&k, v);
             }
+            let patch = bind_mark::mark(patch, unix_now());
             if let Some(mut prev) = previous {
                 // Ignore the outcome; only the order matters.
                 let _ = prev.wait_for(|s| *s != WriteState::Pending).await;

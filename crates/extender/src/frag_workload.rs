@@ -58,7 +58,7 @@ pub fn cluster_gpus(ledger: &Ledger) -> ClusterGpus {
             for d in &vendor.devices {
                 let e = gpus
                     .types
-                    .entry(d.dev_type.clone())
+                    .entry(d.dev_type.to_string())
                     .or_insert((0, d.mem_mib));
                 e.0 += 1;
                 e.1 = e.1.max(d.mem_mib);

@@ -9,6 +9,7 @@
 //! learnt from the pods seen ([`frag_workload`]).
 
 pub mod bind;
+pub mod bind_mark;
 pub mod cli;
 pub mod dashboard;
 pub mod filter;
@@ -20,6 +21,7 @@ pub mod leader;
 pub mod metrics;
 pub mod pod_resources;
 pub mod run;
+mod scrape_blocks;
 mod scrape_view;
 pub mod service;
 pub mod slim;

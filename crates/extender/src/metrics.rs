@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use hami_core::quota::QuotaBook;
 use hami_core::sync::MutexExt;
+use hami_server::metrics_page;
 use prometheus_client::collector::Collector;
 use std::fmt::Write as _;
 
@@ -24,7 +25,8 @@ use prometheus_client::registry::Registry;
 
 use hami_k8s::quotas::QuotaCache;
 
-use crate::scrape_view::{NodeCopy, PodDeviceRow, ScrapeView};
+use crate::scrape_blocks::{ScrapeBlocks, Tail};
+use crate::scrape_view::{NodeCopy, PodCopy, PodDeviceRow, ScrapeView, pod_rows};
 use crate::state::SchedState;
 
 const MIB: u64 = 1024 * 1024;
@@ -306,7 +308,8 @@ impl<'a> NodeTotals<'a> {
 }
 
 /// A namespace's use of one quota resource, with its limit when one is set.
-struct QuotaRow {
+#[derive(Debug)]
+pub(crate) struct QuotaRow {
     namespace: String,
     resource: String,
     used: u64,
@@ -386,9 +389,9 @@ fn quota_rows(st: &SchedState, book: &QuotaBook) -> Vec<QuotaRow> {
 struct UsageCollector {
     state: Arc<Mutex<SchedState>>,
     quotas: QuotaCache,
-    /// The nodes and pods as of the last scrape; held for a whole scrape (concurrent
-    /// scrapes take turns).
-    view: Mutex<ScrapeView>,
+    /// The nodes and pods as of the last scrape, and the page's pieces formatted from
+    /// them; held for a whole scrape (concurrent scrapes take turns).
+    view: Mutex<(ScrapeView, ScrapeBlocks)>,
     /// Also HAMi's pre-2.8 names (`--legacy-metrics`).
     legacy: bool,
 }
@@ -506,313 +509,374 @@ fn device_family_with<const M: usize>(
     )
 }
 
-impl UsageCollector {
-    fn encode_devices(
-        &self,
-        encoder: &mut DescriptorEncoder,
-        rows: &[DeviceRow<'_>],
-    ) -> Result<(), std::fmt::Error> {
-        let used_cores: fn(&DeviceRow<'_>) -> u64 = |r| r.usedcores;
-        let total_mem: fn(&DeviceRow<'_>) -> u64 = |r| r.totalmem;
-        gauge_family(
-            encoder,
-            "hami_gpu_memory_limit_bytes",
-            "Device memory of each GPU, in bytes",
-            rows,
-            device,
-            |r| Some(r.totalmem * MIB),
-        )?;
-        gauge_family(
-            encoder,
-            "hami_gpu_core_limit_ratio",
-            "Compute of each GPU in percent of one card",
-            rows,
-            device,
-            |r| Some(r.totalcore),
-        )?;
-        device_family_with(
-            encoder,
-            "hami_gpu_memory_allocated_bytes",
-            "Device memory allocated to pods on each GPU, in bytes",
-            rows,
-            device,
-            [("device_cores", used_cores)],
-            |r| r.usedmem * MIB,
-        )?;
-        gauge_family(
-            encoder,
-            "hami_gpu_shared_count",
-            "Containers sharing each GPU",
-            rows,
-            device,
-            |r| Some(r.used),
-        )?;
-        gauge_family(
-            encoder,
-            "hami_gpu_core_allocated_ratio",
-            "Compute allocated on each GPU, in percent of one card",
-            rows,
-            device,
-            |r| Some(r.usedcores),
-        )?;
-        device_family_with(
-            encoder,
-            "hami_node_gpu_overview",
-            "GPU overview on a certain node: memory allocated, in bytes, with the cores allocated and the memory limit (MiB) as labels",
-            rows,
-            device,
-            [
-                ("device_cores", used_cores),
-                ("device_memory_limit", total_mem),
-            ],
-            |r| r.usedmem * MIB,
-        )?;
-        gauge_family(
-            encoder,
-            "hami_node_gpu_memory_allocated_ratio",
-            "Fraction (0..1) of each GPU's memory allocated",
-            rows,
-            device,
-            |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
-        )?;
-        if !self.legacy {
-            return Ok(());
-        }
-        gauge_family(
-            encoder,
-            "GPUDeviceMemoryLimit",
-            "Device memory limit for a certain GPU",
-            rows,
-            legacy_device,
-            |r| Some(r.totalmem * MIB),
-        )?;
-        gauge_family(
-            encoder,
-            "GPUDeviceCoreLimit",
-            "Device memory core limit for a certain GPU",
-            rows,
-            legacy_device,
-            |r| Some(r.totalcore),
-        )?;
-        device_family_with(
-            encoder,
-            "GPUDeviceMemoryAllocated",
-            "Device memory allocated for a certain GPU",
-            rows,
-            legacy_device,
-            [("devicecores", used_cores)],
-            |r| r.usedmem * MIB,
-        )?;
-        gauge_family(
-            encoder,
-            "GPUDeviceSharedNum",
-            "Number of containers sharing this GPU",
-            rows,
-            legacy_device,
-            |r| Some(r.used),
-        )?;
-        gauge_family(
-            encoder,
-            "GPUDeviceCoreAllocated",
-            "Device core allocated for a certain GPU",
-            rows,
-            legacy_device,
-            |r| Some(r.usedcores),
-        )?;
-        device_family_with(
-            encoder,
-            "nodeGPUOverview",
-            "GPU overview on a certain node",
-            rows,
-            legacy_device,
-            [
-                ("devicecores", used_cores),
-                ("devicememorylimit", total_mem),
-            ],
-            |r| r.usedmem * MIB,
-        )?;
-        gauge_family(
-            encoder,
-            "nodeGPUMemoryPercentage",
-            "GPU Memory Allocated Percentage on a certain GPU",
-            rows,
-            |r| {
-                [
-                    ZONE,
-                    ("nodeid", Value::Text(r.node)),
-                    ("deviceuuid", Value::Text(r.uuid)),
-                    ("deviceidx", Value::Number(u64::from(r.index))),
-                ]
-            },
-            |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
-        )
-    }
-
-    /// HAMi's per-container series: one per pod and device, collapsed (so the container
-    /// index is always 0, as in HAMi).
-    fn encode_pods(
-        &self,
-        encoder: &mut DescriptorEncoder,
-        pods: &[PodDeviceRow<'_>],
-    ) -> Result<(), std::fmt::Error> {
-        gauge_family(
-            encoder,
-            "hami_vgpu_memory_allocated_bytes",
-            "vGPU memory allocated from a container, in bytes",
-            pods,
-            pod_labels,
-            |r| Some(r.mem * MIB),
-        )?;
-        gauge_family(
-            encoder,
-            "hami_vgpu_core_allocated_ratio",
-            "vGPU core allocated from a container, in percent of one card",
-            pods,
-            pod_labels,
-            |r| Some(r.cores),
-        )?;
-        if self.legacy {
-            gauge_family(
-                encoder,
-                "vGPUMemoryAllocated",
-                "vGPU memory allocated from a container",
-                pods,
-                legacy_pod_labels,
-                |r| Some(r.mem * MIB),
-            )?;
-            gauge_family(
-                encoder,
-                "vGPUCoreAllocated",
-                "vGPU core allocated from a container",
-                pods,
-                legacy_pod_labels,
-                |r| Some(r.cores),
-            )?;
-        }
-        Ok(())
-    }
-
-    /// HAMi's quota series: use per namespace and resource (the limit as a label, `0`
-    /// when none is set), and the limit where one is.
-    fn encode_quotas(
-        &self,
-        encoder: &mut DescriptorEncoder,
-        quotas: &[QuotaRow],
-    ) -> Result<(), std::fmt::Error> {
-        let limit = |q: &QuotaRow| Value::Number(q.limit.unwrap_or(0));
-        gauge_family(
-            encoder,
-            "hami_resource_quota_used",
-            "resourcequota usage for a certain device",
-            quotas,
-            |q| {
-                [
-                    ZONE,
-                    ("namespace", Value::Text(&q.namespace)),
-                    ("quota_name", Value::Text(&q.resource)),
-                    ("limit", limit(q)),
-                ]
-            },
-            |q| Some(q.used),
-        )?;
-        gauge_family(
-            encoder,
-            "hami_resource_quota_limit",
-            "resourcequota limit for a certain device",
-            quotas,
-            |q| {
-                [
-                    ZONE,
-                    ("namespace", Value::Text(&q.namespace)),
-                    ("quota_name", Value::Text(&q.resource)),
-                ]
-            },
-            |q| q.limit,
-        )?;
-        if self.legacy {
-            gauge_family(
-                encoder,
-                "QuotaUsed",
-                "resourcequota usage for a certain device",
-                quotas,
-                |q| {
-                    [
-                        ZONE,
-                        ("quotanamespace", Value::Text(&q.namespace)),
-                        ("quotaName", Value::Text(&q.resource)),
-                        ("limit", limit(q)),
-                    ]
-                },
-                |q| Some(q.used),
-            )?;
-        }
-        Ok(())
-    }
+/// Which parts of the collector's series to encode, in page order (see
+/// [`encode_sections`]); a part left out writes nothing, not even its headers.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Sections<'a> {
+    /// The per-GPU families and the per-node totals.
+    pub nodes: Option<&'a [&'a NodeCopy]>,
+    /// The per-pod families.
+    pub pods: Option<&'a [&'a PodCopy]>,
+    /// The quota families and the reservations gauge.
+    pub tail: Option<&'a Tail>,
 }
 
-impl Collector for UsageCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let started = Instant::now();
-        let mut view = self.view.lock_unpoisoned();
-        // The only hold of the state lock: what changed since the last scrape, the quota
-        // use (a few rows per namespace) and the number of unbound holders.
-        let (refreshed, quotas, held) = {
-            let st = self.state.lock_unpoisoned();
-            let refreshed = view.refresh(&st);
-            let quotas = quota_rows(&st, &self.quotas.read());
-            (refreshed, quotas, st.unbound_holders() as u64)
-        };
-        // Not before: at the lowest priority, the copy above would keep the state lock
-        // (and every /filter waiting for it) for as long as it waits for CPU.
-        hami_server::admin::lower_encoding_priority();
-        let nodes = view.nodes();
-        let rows = device_rows(&nodes);
-        let pods = view.pod_rows();
-        self.encode_devices(&mut encoder, &rows)?;
-        self.encode_pods(&mut encoder, &pods)?;
-        self.encode_quotas(&mut encoder, &quotas)?;
-
-        let totals = NodeTotals::of(&rows);
-        type Pick = fn(&NodeTotals<'_>) -> u64;
-        let families: [(&str, &str, Pick); 4] = [
-            (
-                "hami_scheduler_node_gpus",
-                "GPUs registered and usable on each node",
-                |t| t.gpus,
-            ),
-            (
-                "hami_scheduler_node_gpu_memory_limit_bytes",
-                "Total GPU memory of each node, in bytes",
-                |t| t.totalmem * MIB,
-            ),
-            (
-                "hami_scheduler_node_gpu_memory_allocated_bytes",
-                "GPU memory allocated on each node, in bytes",
-                |t| t.usedmem * MIB,
-            ),
-            (
-                "hami_scheduler_node_gpu_shared_count",
-                "Container slots taken on each node's GPUs",
-                |t| t.used,
-            ),
-        ];
-        for (name, help, pick) in families {
-            let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for t in &totals {
-                ConstGauge::new(pick(t)).encode(metric.encode_family(&[("node", t.node)])?)?;
-            }
-        }
-        ConstGauge::new(held).encode(encoder.encode_descriptor(
+/// The collector's series for `sections`, in page order: per GPU, per pod, quotas, per
+/// node, reservations. The one place that order is written: a whole page and the pieces
+/// a cached page is made of (`scrape_blocks.rs`) both come from here.
+pub(crate) fn encode_sections(
+    encoder: &mut DescriptorEncoder,
+    sections: Sections<'_>,
+    legacy: bool,
+) -> Result<(), std::fmt::Error> {
+    let rows = sections.nodes.map(device_rows);
+    if let Some(rows) = &rows {
+        encode_devices(encoder, rows, legacy)?;
+    }
+    if let Some(pods) = sections.pods {
+        encode_pods(encoder, &pod_rows(pods), legacy)?;
+    }
+    if let Some(tail) = sections.tail {
+        encode_quotas(encoder, &tail.quotas, legacy)?;
+    }
+    if let Some(rows) = &rows {
+        encode_node_totals(encoder, &NodeTotals::of(rows))?;
+    }
+    if let Some(tail) = sections.tail {
+        ConstGauge::new(tail.held).encode(encoder.encode_descriptor(
             "hami_scheduler_reservations",
             "Pods holding GPUs while unbound (a /filter decision awaiting its bind, or annotations not yet expired)",
             None,
             MetricType::Gauge,
         )?)?;
+    }
+    Ok(())
+}
+
+/// Families [`encode_node_totals`] writes (the last of a node piece's families).
+pub(crate) const NODE_TOTAL_FAMILIES: usize = 4;
+
+fn encode_node_totals(
+    encoder: &mut DescriptorEncoder,
+    totals: &[NodeTotals<'_>],
+) -> Result<(), std::fmt::Error> {
+    type Pick = fn(&NodeTotals<'_>) -> u64;
+    let families: [(&str, &str, Pick); NODE_TOTAL_FAMILIES] = [
+        (
+            "hami_scheduler_node_gpus",
+            "GPUs registered and usable on each node",
+            |t| t.gpus,
+        ),
+        (
+            "hami_scheduler_node_gpu_memory_limit_bytes",
+            "Total GPU memory of each node, in bytes",
+            |t| t.totalmem * MIB,
+        ),
+        (
+            "hami_scheduler_node_gpu_memory_allocated_bytes",
+            "GPU memory allocated on each node, in bytes",
+            |t| t.usedmem * MIB,
+        ),
+        (
+            "hami_scheduler_node_gpu_shared_count",
+            "Container slots taken on each node's GPUs",
+            |t| t.used,
+        ),
+    ];
+    for (name, help, pick) in families {
+        let mut metric = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for t in totals {
+            ConstGauge::new(pick(t)).encode(metric.encode_family(&[("node", t.node)])?)?;
+        }
+    }
+    Ok(())
+}
+
+fn encode_devices(
+    encoder: &mut DescriptorEncoder,
+    rows: &[DeviceRow<'_>],
+    legacy: bool,
+) -> Result<(), std::fmt::Error> {
+    let used_cores: fn(&DeviceRow<'_>) -> u64 = |r| r.usedcores;
+    let total_mem: fn(&DeviceRow<'_>) -> u64 = |r| r.totalmem;
+    gauge_family(
+        encoder,
+        "hami_gpu_memory_limit_bytes",
+        "Device memory of each GPU, in bytes",
+        rows,
+        device,
+        |r| Some(r.totalmem * MIB),
+    )?;
+    gauge_family(
+        encoder,
+        "hami_gpu_core_limit_ratio",
+        "Compute of each GPU in percent of one card",
+        rows,
+        device,
+        |r| Some(r.totalcore),
+    )?;
+    device_family_with(
+        encoder,
+        "hami_gpu_memory_allocated_bytes",
+        "Device memory allocated to pods on each GPU, in bytes",
+        rows,
+        device,
+        [("device_cores", used_cores)],
+        |r| r.usedmem * MIB,
+    )?;
+    gauge_family(
+        encoder,
+        "hami_gpu_shared_count",
+        "Containers sharing each GPU",
+        rows,
+        device,
+        |r| Some(r.used),
+    )?;
+    gauge_family(
+        encoder,
+        "hami_gpu_core_allocated_ratio",
+        "Compute allocated on each GPU, in percent of one card",
+        rows,
+        device,
+        |r| Some(r.usedcores),
+    )?;
+    device_family_with(
+        encoder,
+        "hami_node_gpu_overview",
+        "GPU overview on a certain node: memory allocated, in bytes, with the cores allocated and the memory limit (MiB) as labels",
+        rows,
+        device,
+        [
+            ("device_cores", used_cores),
+            ("device_memory_limit", total_mem),
+        ],
+        |r| r.usedmem * MIB,
+    )?;
+    gauge_family(
+        encoder,
+        "hami_node_gpu_memory_allocated_ratio",
+        "Fraction (0..1) of each GPU's memory allocated",
+        rows,
+        device,
+        |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
+    )?;
+    if !legacy {
+        return Ok(());
+    }
+    gauge_family(
+        encoder,
+        "GPUDeviceMemoryLimit",
+        "Device memory limit for a certain GPU",
+        rows,
+        legacy_device,
+        |r| Some(r.totalmem * MIB),
+    )?;
+    gauge_family(
+        encoder,
+        "GPUDeviceCoreLimit",
+        "Device memory core limit for a certain GPU",
+        rows,
+        legacy_device,
+        |r| Some(r.totalcore),
+    )?;
+    device_family_with(
+        encoder,
+        "GPUDeviceMemoryAllocated",
+        "Device memory allocated for a certain GPU",
+        rows,
+        legacy_device,
+        [("devicecores", used_cores)],
+        |r| r.usedmem * MIB,
+    )?;
+    gauge_family(
+        encoder,
+        "GPUDeviceSharedNum",
+        "Number of containers sharing this GPU",
+        rows,
+        legacy_device,
+        |r| Some(r.used),
+    )?;
+    gauge_family(
+        encoder,
+        "GPUDeviceCoreAllocated",
+        "Device core allocated for a certain GPU",
+        rows,
+        legacy_device,
+        |r| Some(r.usedcores),
+    )?;
+    device_family_with(
+        encoder,
+        "nodeGPUOverview",
+        "GPU overview on a certain node",
+        rows,
+        legacy_device,
+        [
+            ("devicecores", used_cores),
+            ("devicememorylimit", total_mem),
+        ],
+        |r| r.usedmem * MIB,
+    )?;
+    gauge_family(
+        encoder,
+        "nodeGPUMemoryPercentage",
+        "GPU Memory Allocated Percentage on a certain GPU",
+        rows,
+        |r| {
+            [
+                ZONE,
+                ("nodeid", Value::Text(r.node)),
+                ("deviceuuid", Value::Text(r.uuid)),
+                ("deviceidx", Value::Number(u64::from(r.index))),
+            ]
+        },
+        |r| (r.totalmem > 0).then(|| r.usedmem as f64 / r.totalmem as f64),
+    )
+}
+
+/// HAMi's per-container series: one per pod and device, collapsed (so the container
+/// index is always 0, as in HAMi).
+fn encode_pods(
+    encoder: &mut DescriptorEncoder,
+    pods: &[PodDeviceRow<'_>],
+    legacy: bool,
+) -> Result<(), std::fmt::Error> {
+    gauge_family(
+        encoder,
+        "hami_vgpu_memory_allocated_bytes",
+        "vGPU memory allocated from a container, in bytes",
+        pods,
+        pod_labels,
+        |r| Some(r.mem * MIB),
+    )?;
+    gauge_family(
+        encoder,
+        "hami_vgpu_core_allocated_ratio",
+        "vGPU core allocated from a container, in percent of one card",
+        pods,
+        pod_labels,
+        |r| Some(r.cores),
+    )?;
+    if legacy {
+        gauge_family(
+            encoder,
+            "vGPUMemoryAllocated",
+            "vGPU memory allocated from a container",
+            pods,
+            legacy_pod_labels,
+            |r| Some(r.mem * MIB),
+        )?;
+        gauge_family(
+            encoder,
+            "vGPUCoreAllocated",
+            "vGPU core allocated from a container",
+            pods,
+            legacy_pod_labels,
+            |r| Some(r.cores),
+        )?;
+    }
+    Ok(())
+}
+
+/// HAMi's quota series: use per namespace and resource (the limit as a label, `0`
+/// when none is set), and the limit where one is.
+fn encode_quotas(
+    encoder: &mut DescriptorEncoder,
+    quotas: &[QuotaRow],
+    legacy: bool,
+) -> Result<(), std::fmt::Error> {
+    let limit = |q: &QuotaRow| Value::Number(q.limit.unwrap_or(0));
+    gauge_family(
+        encoder,
+        "hami_resource_quota_used",
+        "resourcequota usage for a certain device",
+        quotas,
+        |q| {
+            [
+                ZONE,
+                ("namespace", Value::Text(&q.namespace)),
+                ("quota_name", Value::Text(&q.resource)),
+                ("limit", limit(q)),
+            ]
+        },
+        |q| Some(q.used),
+    )?;
+    gauge_family(
+        encoder,
+        "hami_resource_quota_limit",
+        "resourcequota limit for a certain device",
+        quotas,
+        |q| {
+            [
+                ZONE,
+                ("namespace", Value::Text(&q.namespace)),
+                ("quota_name", Value::Text(&q.resource)),
+            ]
+        },
+        |q| q.limit,
+    )?;
+    if legacy {
+        gauge_family(
+            encoder,
+            "QuotaUsed",
+            "resourcequota usage for a certain device",
+            quotas,
+            |q| {
+                [
+                    ZONE,
+                    ("quotanamespace", Value::Text(&q.namespace)),
+                    ("quotaName", Value::Text(&q.resource)),
+                    ("limit", limit(q)),
+                ]
+            },
+            |q| Some(q.used),
+        )?;
+    }
+    Ok(())
+}
+
+impl Collector for UsageCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let started = Instant::now();
+        let mut scrape = self.view.lock_unpoisoned();
+        let (view, blocks) = &mut *scrape;
+        // The only hold of the state lock: what changed since the last scrape, the quota
+        // use (a few rows per namespace) and the number of unbound holders.
+        let (refreshed, tail) = {
+            let st = self.state.lock_unpoisoned();
+            let refreshed = view.refresh(&st);
+            let quotas = quota_rows(&st, &self.quotas.read());
+            let held = st.unbound_holders() as u64;
+            (refreshed, Tail { quotas, held })
+        };
+        // Not before: at the lowest priority, the copy above would keep the state lock
+        // (and every /filter waiting for it) for as long as it waits for CPU.
+        hami_server::admin::lower_encoding_priority();
+        let Some(encoding) = metrics_page::page_encoding() else {
+            // Encoded into a string (not a served page): everything formatted here.
+            let nodes: Vec<&NodeCopy> = view.nodes().map(|(_, n)| &**n).collect();
+            let pods: Vec<&PodCopy> = view.pods().map(|(_, p)| &**p).collect();
+            let sections = Sections {
+                nodes: Some(&nodes),
+                pods: Some(&pods),
+                tail: Some(&tail),
+            };
+            return encode_sections(&mut encoder, sections, self.legacy);
+        };
+        let page = blocks
+            .page(view, encoding, self.legacy, tail)
+            .map_err(|e| {
+                tracing::warn!(error = %e, "the metrics page could not be assembled");
+                std::fmt::Error
+            })?;
+        let stats = page.stats;
+        metrics_page::splice(page.chunks);
         tracing::debug!(
             changes = ?refreshed.changes,
             lock_held_us = refreshed.took.as_micros() as u64,
-            nodes = nodes.len(),
-            pod_rows = pods.len(),
+            ?encoding,
+            pieces = stats.pieces,
+            pieces_formatted = stats.formatted,
+            bytes = stats.bytes,
             took_ms = started.elapsed().as_millis() as u64,
             "metrics scraped (changes: none = every node and pod copied)"
         );

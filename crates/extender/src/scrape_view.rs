@@ -4,7 +4,13 @@
 //! namespaces' quota use), so it holds up a concurrent /filter for microseconds, not for
 //! a copy of 50,000 pods; every row is then built and formatted with no lock held
 //! (`docs/extender.md#metrics`).
+//!
+//! Nodes and pods are kept in page order, each copy numbered ([`NodeCopy::version`]), so
+//! the page's pieces can be cached and re-formatted only where a number changed
+//! (`scrape_blocks.rs`).
 
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,24 +22,32 @@ use rustc_hash::FxHashMap;
 use crate::state::SchedState;
 
 /// A node as the view keeps it: its (shared) inventory and a copy of its usage.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct NodeCopy {
     pub name: Arc<str>,
     pub inventory: Arc<NodeInventory>,
     pub usage: Vec<Vec<Usage>>,
     /// Per vendor group: whether its cores are percent of a card (else compute units).
     pub cores_in_percent: Vec<bool>,
+    /// Unique to this copy: a new number whenever the node is copied again.
+    pub version: u64,
 }
 
 /// A pod as the view keeps it: names (shared with the ledger) and what it holds.
 #[derive(Debug)]
-struct PodCopy {
-    namespace: Arc<str>,
-    name: Arc<str>,
-    node: Arc<str>,
-    /// Device UUID, MiB, cores (collapsed usage, as HAMi reports it).
-    charges: Box<[(Arc<str>, u64, u64)]>,
+pub(crate) struct PodCopy {
+    pub namespace: Arc<str>,
+    pub name: Arc<str>,
+    pub node: Arc<str>,
+    /// Device UUID, MiB, cores (collapsed usage, as HAMi reports it), by UUID.
+    pub charges: Box<[(Arc<str>, u64, u64)]>,
+    /// Unique to this copy: a new number whenever the pod is copied again.
+    pub version: u64,
 }
+
+/// A pod's place on the page: namespace, name, then UID (two pods of one name: a
+/// deleted one not yet gone and its successor).
+pub(crate) type PodKey = (Arc<str>, Arc<str>, Arc<str>);
 
 /// What one pod holds on one device.
 #[derive(Debug)]
@@ -50,8 +64,12 @@ pub(crate) struct PodDeviceRow<'a> {
 #[derive(Debug, Default)]
 pub(crate) struct ScrapeView {
     seq: Option<u64>,
-    nodes: FxHashMap<Arc<str>, NodeCopy>,
-    pods: FxHashMap<Arc<str>, PodCopy>,
+    /// The next copy's [`NodeCopy::version`] / [`PodCopy::version`].
+    next_version: u64,
+    nodes: BTreeMap<Arc<str>, Arc<NodeCopy>>,
+    pods: BTreeMap<PodKey, Arc<PodCopy>>,
+    /// Each pod's key, by UID (what the journal names).
+    pod_keys: FxHashMap<Arc<str>, PodKey>,
 }
 
 /// How a refresh went, for the debug log.
@@ -92,16 +110,32 @@ impl ScrapeView {
         }
     }
 
+    fn version(&mut self) -> u64 {
+        self.next_version += 1;
+        self.next_version
+    }
+
     fn copy_all(&mut self, st: &SchedState) {
-        self.nodes.clear();
-        self.pods.clear();
-        for node in st.ledger().nodes_unordered() {
-            let copy = node_copy(st, node.name().into(), node);
-            self.nodes.insert(copy.name.clone(), copy);
-        }
-        for rec in st.ledger().pods() {
-            self.pods.insert(rec.uid.clone(), pod_copy(rec));
-        }
+        let nodes: Vec<_> = st
+            .ledger()
+            .nodes_unordered()
+            .map(|node| {
+                let copy = node_copy(st, node.name().into(), node, self.version());
+                (copy.name.clone(), Arc::new(copy))
+            })
+            .collect();
+        self.nodes = nodes.into_iter().collect();
+        self.pod_keys.clear();
+        let pods: Vec<_> = st
+            .ledger()
+            .pods()
+            .map(|rec| {
+                let key = pod_key(rec);
+                self.pod_keys.insert(rec.uid.clone(), key.clone());
+                (key, Arc::new(pod_copy(rec, self.version())))
+            })
+            .collect();
+        self.pods = pods.into_iter().collect();
     }
 
     fn copy_node(&mut self, st: &SchedState, name: &Arc<str>) {
@@ -109,6 +143,7 @@ impl ScrapeView {
             self.nodes.remove(name);
             return;
         };
+        let version = self.version();
         match self.nodes.get_mut(name) {
             // Same devices: only the usage moved (a pod came or went); copied in place.
             Some(copy)
@@ -119,60 +154,68 @@ impl ScrapeView {
                         .map(Vec::len)
                         .eq(node.groups().map(|(_, u)| u.len())) =>
             {
+                let copy = Arc::make_mut(copy);
                 for (mine, (_, theirs)) in copy.usage.iter_mut().zip(node.groups()) {
                     mine.copy_from_slice(theirs);
                 }
+                copy.version = version;
             }
             _ => {
-                let copy = node_copy(st, name.clone(), node);
-                self.nodes.insert(name.clone(), copy);
+                let copy = node_copy(st, name.clone(), node, version);
+                self.nodes.insert(name.clone(), Arc::new(copy));
             }
         }
     }
 
     fn copy_pod(&mut self, ledger: &Ledger, uid: &Arc<str>) {
-        match ledger.pod(uid) {
-            Some(rec) => {
-                self.pods.insert(uid.clone(), pod_copy(rec));
-            }
-            None => {
-                self.pods.remove(uid);
-            }
+        if let Some(old) = self.pod_keys.remove(uid) {
+            self.pods.remove(&old);
+        }
+        if let Some(rec) = ledger.pod(uid) {
+            let key = pod_key(rec);
+            self.pod_keys.insert(uid.clone(), key.clone());
+            let copy = pod_copy(rec, self.version());
+            self.pods.insert(key, Arc::new(copy));
         }
     }
 
     /// The nodes, by name.
-    pub fn nodes(&self) -> Vec<&NodeCopy> {
-        let mut nodes: Vec<&NodeCopy> = self.nodes.values().collect();
-        nodes.sort_unstable_by(|a, b| a.name.cmp(&b.name));
-        nodes
+    pub fn nodes(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<NodeCopy>)> {
+        self.nodes.iter()
     }
 
-    /// One row per pod and device, by namespace, pod name and device (then UID, for
-    /// two pods of one name: a deleted one not yet gone and its successor).
-    pub fn pod_rows(&self) -> Vec<PodDeviceRow<'_>> {
-        let mut pods: Vec<(&Arc<str>, &PodCopy)> = self.pods.iter().collect();
-        pods.sort_unstable_by(|(ua, a), (ub, b)| {
-            (&a.namespace, &a.name, ua).cmp(&(&b.namespace, &b.name, ub))
-        });
-        let mut rows = Vec::with_capacity(pods.len());
-        for (_, p) in pods {
-            let first = rows.len();
-            rows.extend(p.charges.iter().map(|(uuid, mem, cores)| PodDeviceRow {
+    /// The pods, by namespace, name and UID.
+    pub fn pods(&self) -> impl Iterator<Item = (&PodKey, &Arc<PodCopy>)> {
+        self.pods.iter()
+    }
+}
+
+/// One row per pod and device, in the order `pods` come (each pod's devices by UUID).
+pub(crate) fn pod_rows<'a>(pods: &[&'a PodCopy]) -> Vec<PodDeviceRow<'a>> {
+    pods.iter()
+        .flat_map(|p| {
+            p.charges.iter().map(|(uuid, mem, cores)| PodDeviceRow {
                 namespace: &p.namespace,
                 pod: &p.name,
                 node: &p.node,
                 uuid,
                 mem: *mem,
                 cores: *cores,
-            }));
-            rows[first..].sort_unstable_by(|a, b| a.uuid.cmp(b.uuid));
-        }
-        rows
-    }
+            })
+        })
+        .collect()
 }
 
-fn node_copy(st: &SchedState, name: Arc<str>, node: &NodeState) -> NodeCopy {
+/// Whether `key` starts a new piece of the page: about one key in `per_piece` does, by a
+/// hash of the key alone, so adding or removing a key leaves the other pieces as they
+/// were (`scrape_blocks.rs`).
+pub(crate) fn starts_piece<K: Hash + ?Sized>(key: &K, per_piece: u64) -> bool {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish().is_multiple_of(per_piece)
+}
+
+fn node_copy(st: &SchedState, name: Arc<str>, node: &NodeState, version: u64) -> NodeCopy {
     NodeCopy {
         name,
         inventory: node.shared_inventory().clone(),
@@ -185,18 +228,26 @@ fn node_copy(st: &SchedState, name: Arc<str>, node: &NodeState) -> NodeCopy {
                     .is_none_or(|v| v.cores_in_percent())
             })
             .collect(),
+        version,
     }
 }
 
-fn pod_copy(rec: &PodRecord) -> PodCopy {
+fn pod_key(rec: &PodRecord) -> PodKey {
+    (rec.namespace.clone(), rec.name.clone(), rec.uid.clone())
+}
+
+fn pod_copy(rec: &PodRecord, version: u64) -> PodCopy {
+    let mut charges: Box<[(Arc<str>, u64, u64)]> = rec
+        .charges
+        .iter()
+        .map(|c| (c.uuid.clone(), c.mem, c.cores))
+        .collect();
+    charges.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     PodCopy {
         namespace: rec.namespace.clone(),
         name: rec.name.clone(),
         node: rec.node.clone(),
-        charges: rec
-            .charges
-            .iter()
-            .map(|c| (c.uuid.clone(), c.mem, c.cores))
-            .collect(),
+        charges,
+        version,
     }
 }

@@ -64,6 +64,10 @@ pub struct NodeEntry {
     vendors: Vec<(u16, VendorNode)>,
     /// `hami.io/mutex.lock`, raw.
     pub lock: Option<String>,
+    /// `metadata.resourceVersion` of the node object the fields above were read from: a
+    /// lock write guarded by it is refused (409) if the node changed since
+    /// (`docs/extender.md#flow`).
+    pub resource_version: Option<String>,
     /// Vendors whose device plugin is judged not to be reporting, with the reason.
     pub unhealthy: BTreeMap<String, String>,
 }
@@ -122,6 +126,9 @@ enum Holding {
         sig: Signature,
         node: Arc<str>,
         vgpu_time: Option<i64>,
+        /// The annotations carry the bind mark (`bind-phase=allocating` and a
+        /// `bind-time`): /bind need not write it ([`SchedState::bind_marked`]).
+        marked: bool,
     },
 }
 
@@ -361,6 +368,7 @@ impl SchedState {
             shaping,
             vendors,
             lock: annotations.get(keys::NODE_LOCK).cloned(),
+            resource_version: node.metadata.resource_version.clone(),
             unhealthy: previous.map(|p| p.unhealthy).unwrap_or_default(),
         };
         let issues = changed.then(|| entry.issues.clone());
@@ -553,6 +561,7 @@ impl SchedState {
         };
         let sig = self.signature(annotations);
         let vgpu_time = holding::decided_at(annotations);
+        let marked = crate::bind_mark::is_marked(annotations);
         let bound = hami_core::pod::bound_node(pod).map(|n| self.ledger.intern(n));
         if let (Some(b), Some(r)) = (&bound, &record)
             && *b != r.node
@@ -593,6 +602,7 @@ impl SchedState {
                     sig,
                     node,
                     vgpu_time,
+                    marked,
                 },
                 _ => Holding::None,
             };
@@ -780,6 +790,20 @@ impl SchedState {
         entry.holding = Holding::None;
         self.sync(&key, now, None);
         Some(node)
+    }
+
+    /// Whether the pod's decision already carries the bind mark (`bind-phase=allocating`
+    /// and a `bind-time`), so /bind goes from the node lock straight to the Binding: a
+    /// decision of this process's /filter does (its annotation write carries the mark,
+    /// `docs/extender.md#flow`), one read from annotations does when they show it
+    /// (written by an earlier run); annotations written without it (by HAMi, or an
+    /// older version) are marked by /bind as HAMi does.
+    pub fn bind_marked(&self, uid: &str) -> bool {
+        self.pods.get(uid).is_some_and(|e| match e.holding {
+            Holding::Reserved { .. } => true,
+            Holding::Annotated { marked, .. } => marked,
+            Holding::None => false,
+        })
     }
 
     /// The node the pod's devices are held on now, if it holds any (what the ledger

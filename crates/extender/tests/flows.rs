@@ -515,3 +515,90 @@ async fn a_malformed_node_score_keeps_the_node_without_topology() {
         "n1-gpu1,NVIDIA,1000,0:n1-gpu0,NVIDIA,1000,0:;"
     );
 }
+
+/// The requests the API server served since `from` (an index into its log).
+fn served_since(c: &Cluster, from: usize) -> Vec<hami_testkit::RequestRecord> {
+    c.server.faults().requests().split_off(from)
+}
+
+#[tokio::test]
+async fn the_filter_write_carries_the_bind_mark_so_bind_writes_no_pod() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 15_000))], Knobs::default()).await;
+    c.create(&gpu_pod(
+        "p",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})],
+        json!({}),
+    ))
+    .await;
+    assert_eq!(chosen(&c.filter("p").await).as_deref(), Some("n1"));
+    // One patch: the decision and the mark arrive together, never one without the other.
+    let a = c
+        .wait_annotations("p", |a| a.contains_key("hami.io/vgpu-devices-allocated"))
+        .await;
+    assert_eq!(a["hami.io/bind-phase"], "allocating");
+    assert!(a["hami.io/bind-time"].parse::<i64>().is_ok(), "{a:?}");
+    // The log records a request just after its answer is made: wait for it there.
+    let pod_patches = || {
+        c.server
+            .faults()
+            .requests()
+            .iter()
+            .filter(|r| r.verb == "patch" && r.path.ends_with("/pods/p"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while pod_patches() == 0 {
+        assert!(std::time::Instant::now() < deadline, "patch never logged");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(pod_patches(), 1);
+
+    let before = c.server.faults().requests().len();
+    assert_eq!(c.bind("p", "n1").await.error, "");
+    let served = served_since(&c, before);
+    assert!(
+        !served
+            .iter()
+            .any(|r| r.verb == "patch" && r.path.ends_with("/pods/p")),
+        "bind wrote the pod: {served:?}"
+    );
+    assert!(
+        served
+            .iter()
+            .any(|r| r.verb == "create" && r.path.ends_with("/pods/p/binding") && r.code < 300),
+        "{served:?}"
+    );
+    let pod = c.pods().get("p").await.unwrap();
+    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("n1"));
+    assert!(c.node_lock("n1").await.unwrap().ends_with(",default,p"));
+}
+
+#[tokio::test]
+async fn a_decision_annotated_without_the_bind_mark_is_marked_at_bind() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 1, 15_000))], Knobs::default()).await;
+    // Annotated as HAMi's /filter (or an older hami-scheduler) leaves a pod: the decision
+    // without the mark, which HAMi writes at Bind.
+    let now = chrono::Utc::now().timestamp().to_string();
+    let devices = "n1-gpu0,NVIDIA,4000,0:;";
+    c.create(&gpu_pod(
+        "p",
+        &[json!({"nvidia.com/gpu": "1", "nvidia.com/gpumem": "4000"})],
+        json!({
+            "hami.io/vgpu-node": "n1",
+            "hami.io/vgpu-time": now,
+            "hami.io/vgpu-devices-to-allocate": devices,
+            "hami.io/vgpu-devices-allocated": devices,
+        }),
+    ))
+    .await;
+    // Held on n1 once the pod watch has shown it.
+    c.wait_allocated("n1-gpu0", 4000).await;
+    assert_eq!(c.bind("p", "n1").await.error, "");
+    let pod = c.pods().get("p").await.unwrap();
+    assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("n1"));
+    let a = pod.metadata.annotations.unwrap();
+    assert_eq!(a["hami.io/bind-phase"], "allocating");
+    assert!(a["hami.io/bind-time"].parse::<i64>().is_ok(), "{a:?}");
+}

@@ -176,12 +176,12 @@ fn state_of_5000_nodes_and_50000_pods_fits_its_budget() {
     // Budgets with some room over what this code measures; a regression past them is
     // worth a look before it reaches the bench's RSS.
     assert!(
-        per_node(state_nodes) < 4_100,
+        per_node(state_nodes) < 3_700,
         "{} bytes per node",
         per_node(state_nodes)
     );
     assert!(
-        per_pod(state_pods) < 520,
+        per_pod(state_pods) < 440,
         "{} bytes per pod",
         per_pod(state_pods)
     );

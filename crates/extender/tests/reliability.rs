@@ -117,16 +117,31 @@ async fn a_pod_recreated_before_the_annotation_write_is_never_annotated() {
 async fn a_bind_for_a_pod_recreated_meanwhile_leaves_the_successor_alone() {
     install_crypto();
     let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
-    // Replaced just before the bind-phase write, then just before the Binding.
+    // Replaced just before the bind-phase write, then just before the Binding. /filter's
+    // annotation write carries the bind-phase mark, so /bind writes it only for a decision
+    // annotated without it: db-0's, annotated as HAMi's /filter leaves a pod.
     for (pod, verb, path) in [
         ("db-0", "patch", "/pods/db-0"),
         ("db-1", "create", "/pods/db-1/binding"),
     ] {
-        c.create(&gpu_pod(pod, &[limits(6000)], json!({}))).await;
+        if pod == "db-0" {
+            let devices = "n1-gpu0,NVIDIA,6000,0:;";
+            let now = chrono::Utc::now().timestamp().to_string();
+            let decided = json!({
+                "hami.io/vgpu-node": "n1",
+                "hami.io/vgpu-time": now,
+                "hami.io/vgpu-devices-to-allocate": devices,
+                "hami.io/vgpu-devices-allocated": devices,
+            });
+            c.create(&gpu_pod(pod, &[limits(6000)], decided)).await;
+            c.wait_allocated("n1-gpu0", 6000).await;
+        } else {
+            c.create(&gpu_pod(pod, &[limits(6000)], json!({}))).await;
+            assert_eq!(chosen(&c.filter(pod).await).as_deref(), Some("n1"));
+            c.wait_annotations(pod, |a| a.contains_key("hami.io/vgpu-devices-allocated"))
+                .await;
+        }
         let old_uid = c.pods().get(pod).await.unwrap().metadata.uid.unwrap();
-        assert_eq!(chosen(&c.filter(pod).await).as_deref(), Some("n1"));
-        c.wait_annotations(pod, |a| a.contains_key("hami.io/vgpu-devices-allocated"))
-            .await;
         c.server
             .faults()
             .before_next(verb, path, replace_pod(&c, pod));

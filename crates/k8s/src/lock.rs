@@ -302,7 +302,7 @@ pub async fn try_acquire(
     pod: &str,
     timeout: Duration,
 ) -> Result<Acquired, LockError> {
-    acquire(client, node, namespace, pod, timeout, None).await
+    acquire(client, node, namespace, pod, timeout, None, None).await
 }
 
 /// [`try_acquire`] for a scheduler that knows its binds: a lock whose owner is unbound
@@ -315,7 +315,25 @@ pub async fn try_acquire_with(
     timeout: Duration,
     binds: &LocalBinds,
 ) -> Result<Acquired, LockError> {
-    acquire(client, node, namespace, pod, timeout, Some(binds)).await
+    acquire(client, node, namespace, pod, timeout, Some(binds), None).await
+}
+
+/// [`try_acquire_with`] starting from what a watch of the node last showed: no lock at
+/// `resourceVersion` `unlocked_at`. The first write is guarded by that version, with no
+/// read before it; the API server refuses it (409) if the node changed since, and only
+/// then is the node read afresh and the lock judged as usual. A stale view costs one
+/// refused write, never a lock taken from someone (`docs/extender.md#flow`).
+pub async fn try_acquire_seen_unlocked(
+    client: &Client,
+    node: &str,
+    namespace: &str,
+    pod: &str,
+    timeout: Duration,
+    binds: &LocalBinds,
+    unlocked_at: &str,
+) -> Result<Acquired, LockError> {
+    let seen = Some(unlocked_at).filter(|rv| !rv.is_empty());
+    acquire(client, node, namespace, pod, timeout, Some(binds), seen).await
 }
 
 async fn acquire(
@@ -325,33 +343,40 @@ async fn acquire(
     pod: &str,
     timeout: Duration,
     binds: Option<&LocalBinds>,
+    mut unlocked_at: Option<&str>,
 ) -> Result<Acquired, LockError> {
     let mut errors = 0;
     for _ in 0..CONFLICT_RETRIES {
-        let n = match get_node(client, node).await {
-            Ok(n) => n,
-            Err(LockError::Api { source, .. }) if errors < ERROR_RETRIES => {
-                errors += 1;
-                backoff(errors, node, &source).await;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let how = match lock_value(&n) {
-            None => Acquired::Taken,
-            Some(value) => {
-                match judge(client, node, (namespace, pod), value, timeout, binds).await? {
-                    Verdict::Mine => return Ok(Acquired::Reentered),
-                    Verdict::Free(t) => Acquired::TookOver(t),
-                    Verdict::Held(e) => return Err(e),
-                }
+        let (how, version) = match unlocked_at.take() {
+            Some(version) => (Acquired::Taken, version.to_string()),
+            None => {
+                let n = match get_node(client, node).await {
+                    Ok(n) => n,
+                    Err(LockError::Api { source, .. }) if errors < ERROR_RETRIES => {
+                        errors += 1;
+                        backoff(errors, node, &source).await;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let how = match lock_value(&n) {
+                    None => Acquired::Taken,
+                    Some(value) => {
+                        match judge(client, node, (namespace, pod), value, timeout, binds).await? {
+                            Verdict::Mine => return Ok(Acquired::Reentered),
+                            Verdict::Free(t) => Acquired::TookOver(t),
+                            Verdict::Held(e) => return Err(e),
+                        }
+                    }
+                };
+                (how, resource_version(&n))
             }
         };
         let now: DateTime<FixedOffset> = Utc::now().fixed_offset();
         let value = encode_node_lock(&NodeLock::owned(now, namespace, pod));
         let patch = MetadataPatch::new()
             .annotate(NODE_LOCK, value)
-            .guarded_by(resource_version(&n));
+            .guarded_by(version);
         match patch_node(client, node, &patch).await {
             Ok(_) => {
                 if let Acquired::TookOver(t) = &how {

@@ -573,3 +573,101 @@ async fn hamis_node_lock_tables() {
         })
     );
 }
+
+/// The node's resourceVersion now.
+async fn node_version(client: &Client) -> String {
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .get("n1")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap()
+}
+
+/// The (verb, HTTP status) of the node requests served since `from` in the log.
+fn node_calls_since(server: &ApiServer, from: usize) -> Vec<(String, u16)> {
+    server
+        .faults()
+        .requests()
+        .split_off(from)
+        .into_iter()
+        .filter(|r| r.path.ends_with("/nodes/n1"))
+        .map(|r| (r.verb, r.code))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_lock_taken_from_a_watched_unlocked_version_needs_no_read() {
+    let (server, client) = setup().await;
+    create_pod(&client, "a", json!({})).await;
+    let sole = LocalBinds::sole();
+    let version = node_version(&client).await;
+    let from = server.faults().requests().len();
+    let got =
+        lock::try_acquire_seen_unlocked(&client, "n1", "default", "a", TIMEOUT, &sole, &version)
+            .await;
+    assert_eq!(got.unwrap(), Acquired::Taken);
+    assert_eq!(
+        node_calls_since(&server, from),
+        [("patch".to_string(), 200)]
+    );
+    assert!(lock_value(&client).await.unwrap().ends_with(",default,a"));
+}
+
+#[tokio::test]
+async fn a_stale_watched_version_is_refused_then_the_node_is_read_and_locked() {
+    let (server, client) = setup().await;
+    create_pod(&client, "a", json!({})).await;
+    let sole = LocalBinds::sole();
+    let stale = node_version(&client).await;
+    // The node changes after the watch showed it (a device plugin's registration, say).
+    hami_k8s::patch::patch_node(
+        &client,
+        "n1",
+        &hami_k8s::patch::MetadataPatch::new().annotate("example.com/other", "x"),
+    )
+    .await
+    .unwrap();
+    let from = server.faults().requests().len();
+    let got =
+        lock::try_acquire_seen_unlocked(&client, "n1", "default", "a", TIMEOUT, &sole, &stale)
+            .await;
+    assert_eq!(got.unwrap(), Acquired::Taken);
+    let calls = node_calls_since(&server, from);
+    assert_eq!(
+        calls,
+        [
+            ("patch".to_string(), 409),
+            ("get".to_string(), 200),
+            ("patch".to_string(), 200)
+        ]
+    );
+    assert!(lock_value(&client).await.unwrap().ends_with(",default,a"));
+}
+
+#[tokio::test]
+async fn a_stale_unlocked_view_never_takes_a_live_lock() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "a", json!({})).await;
+    create_pod(&client, "b", json!({})).await;
+    let sole = LocalBinds::sole();
+    let unlocked = node_version(&client).await;
+    // Pod b is being bound and locked the node since the watch showed it unlocked.
+    let _binding_b = sole.start("default", "b");
+    assert_eq!(
+        lock::try_acquire_with(&client, "n1", "default", "b", TIMEOUT, &sole)
+            .await
+            .unwrap(),
+        Acquired::Taken
+    );
+    let taken = lock_value(&client).await.unwrap();
+    let err =
+        lock::try_acquire_seen_unlocked(&client, "n1", "default", "a", TIMEOUT, &sole, &unlocked)
+            .await
+            .unwrap_err();
+    assert!(err.is_held(), "{err}");
+    assert!(err.to_string().contains("default/b"), "{err}");
+    assert_eq!(lock_value(&client).await, Some(taken));
+}

@@ -1,7 +1,6 @@
 //! The admin port: `/livez`, `/readyz` and `/metrics`, and whatever else a service
 //! serves beside them (hami-scheduler's dashboard).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use hami_core::sync::RwLockExt;
@@ -10,12 +9,10 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics_page::{PageEncoding, encode_page};
 use crate::respond;
 use crate::serve::{Handler, HttpResponse, ServeError, handler_fn, serve};
 use crate::tls::TlsConfig;
-
-/// Size of the last `/metrics` answer (plus a margin), the next one's starting capacity.
-static LAST_METRICS_LEN: AtomicUsize = AtomicUsize::new(0);
 
 /// Content type of the OpenMetrics text that prometheus-client writes.
 pub const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -105,7 +102,9 @@ pub fn admin_handler_with(state: AdminState, more: Option<Handler>) -> Handler {
         let more = more.clone();
         async move {
             if req.uri().path() == "/metrics" {
-                return metrics(state.registry.clone()).await;
+                let encoding =
+                    PageEncoding::negotiate(req.headers().get(hyper::header::ACCEPT_ENCODING));
+                return metrics(state.registry.clone(), encoding).await;
             }
             match (route(&state, req.uri().path()), more) {
                 (Some(resp), _) => resp,
@@ -137,15 +136,15 @@ fn route(state: &AdminState, path: &str) -> Option<HttpResponse> {
     })
 }
 
-/// The `/metrics` answer, encoded on a thread of its own (see
+/// The `/metrics` answer in `encoding`, encoded on a thread of its own (see
 /// [`lower_encoding_priority`]), off the runtime's threads.
-async fn metrics(registry: Arc<Registry>) -> HttpResponse {
+async fn metrics(registry: Arc<Registry>, encoding: PageEncoding) -> HttpResponse {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job = {
         let registry = registry.clone();
         move || {
             ENCODING_THREAD.set(true);
-            let _ = tx.send(encode_metrics(&registry));
+            let _ = tx.send(encode_page(&registry, encoding));
         }
     };
     let encoded = match std::thread::Builder::new()
@@ -157,11 +156,16 @@ async fn metrics(registry: Arc<Registry>) -> HttpResponse {
         }),
         Err(e) => {
             tracing::warn!(error = %e, "cannot start a thread to encode the metrics; encoding them here");
-            encode_metrics(&registry)
+            encode_page(&registry, encoding)
         }
     };
     match encoded {
-        Ok(out) => respond::bytes(StatusCode::OK, METRICS_CONTENT_TYPE, out),
+        Ok(chunks) => respond::chunks(
+            StatusCode::OK,
+            METRICS_CONTENT_TYPE,
+            encoding.content_encoding(),
+            chunks,
+        ),
         Err(e) => respond::text(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("metrics could not be encoded: {e}"),
@@ -190,15 +194,6 @@ pub fn lower_encoding_priority() {
         // be changed, the page is encoded at normal priority.
         let _ = rustix::process::setpriority_process(None, LOWEST_PRIORITY);
     }
-}
-
-fn encode_metrics(registry: &Registry) -> Result<String, String> {
-    // Sized like the last answer: a page can be megabytes, and growing the buffer by
-    // doubling copies it several times over.
-    let mut out = String::with_capacity(LAST_METRICS_LEN.load(Ordering::Relaxed));
-    prometheus_client::encoding::text::encode(&mut out, registry).map_err(|e| e.to_string())?;
-    LAST_METRICS_LEN.store(out.len() + out.len() / 16, Ordering::Relaxed);
-    Ok(out)
 }
 
 /// Serves the admin routes over plain HTTP until `shutdown` is cancelled.

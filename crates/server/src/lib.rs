@@ -8,9 +8,11 @@
 //! - [`flags`]: Go-style duration and listen-address flag values; [`args`]: the flag
 //!   groups every binary flattens (logging, admin listener, Kubernetes client).
 //! - [`device_config`]: HAMi's `device-config.yaml` read from a file, for every binary.
-//! - [`respond`]: small JSON/text response helpers.
-//! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`); [`build_info`]: HAMi's
-//!   `hami_build_info` series.
+//! - [`respond`]: small JSON/text response helpers; [`chunked::ChunkedBody`]: a body sent
+//!   as a list of chunks.
+//! - [`admin`]: the admin port (`/livez`, `/readyz`, `/metrics`); [`metrics_page`]: the
+//!   `/metrics` page as chunks, plain or gzip; [`build_info`]: HAMi's `hami_build_info`
+//!   series.
 //! - [`listener::Relistener`]: a bound socket a supervised server is started again on.
 //! - [`trace::init_tracing`]: text or JSON logs; [`pod_span!`]: the span every call
 //!   made for one pod runs in (`pod.namespace`, `pod.name`, `pod.uid`).
@@ -25,9 +27,11 @@ pub mod args;
 pub mod body;
 pub mod build_info;
 pub mod certcheck;
+pub mod chunked;
 pub mod device_config;
 pub mod flags;
 pub mod listener;
+pub mod metrics_page;
 pub mod respond;
 pub mod serve;
 pub mod shutdown;

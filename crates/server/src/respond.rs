@@ -1,11 +1,11 @@
 //! Small response builders, so handlers never assemble headers by hand.
 
 use bytes::Bytes;
-use http_body_util::Full;
-use hyper::header::{CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_ENCODING, CONTENT_TYPE, HeaderValue, VARY};
 use hyper::{Response, StatusCode};
 use serde::Serialize;
 
+use crate::chunked::ChunkedBody;
 use crate::serve::HttpResponse;
 
 const JSON: &str = "application/json";
@@ -17,10 +17,29 @@ pub fn bytes(
     content_type: &'static str,
     body: impl Into<Bytes>,
 ) -> HttpResponse {
-    let mut resp = Response::new(Full::new(body.into()));
+    let mut resp = Response::new(ChunkedBody::from(body.into()));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    resp
+}
+
+/// A response sent as `chunks` in order, with the given content type and, where they
+/// are compressed, content encoding (the answer then differs by `Accept-Encoding`).
+pub fn chunks(
+    status: StatusCode,
+    content_type: &'static str,
+    content_encoding: Option<&'static str>,
+    chunks: Vec<Bytes>,
+) -> HttpResponse {
+    let mut resp = Response::new(ChunkedBody::new(chunks));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
+    headers.insert(VARY, HeaderValue::from_static("accept-encoding"));
+    if let Some(encoding) = content_encoding {
+        headers.insert(CONTENT_ENCODING, HeaderValue::from_static(encoding));
+    }
     resp
 }
 

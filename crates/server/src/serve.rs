@@ -7,10 +7,8 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -21,11 +19,12 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::chunked::ChunkedBody;
 use crate::respond;
 use crate::tls::{self, TlsConfig, TlsError};
 
 /// What every handler answers with.
-pub type HttpResponse = Response<Full<Bytes>>;
+pub type HttpResponse = Response<ChunkedBody>;
 
 /// A request handler shared by all connections.
 pub type Handler = Arc<dyn Fn(Request<Incoming>) -> BoxFuture<'static, HttpResponse> + Send + Sync>;

@@ -67,6 +67,57 @@ async fn livez_readyz_metrics() {
     task.await.unwrap().unwrap();
 }
 
+/// A client that accepts gzip (Prometheus does) gets the same page gzipped.
+#[tokio::test]
+async fn metrics_gzipped_when_the_client_accepts_it() {
+    let mut registry = Registry::default();
+    let events: Counter = Counter::default();
+    events.inc_by(5);
+    registry.register("test_events", "Events seen by the test", events);
+    let state = AdminState {
+        registry: Arc::new(registry),
+        readiness: Readiness::ready(),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(serve_admin(listener, state, shutdown.clone()));
+
+    let plain = http_request(addr, request("GET", "/metrics", "").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(plain.headers.get(hyper::header::CONTENT_ENCODING), None);
+    assert_eq!(plain.headers[hyper::header::VARY], "accept-encoding");
+    assert!(
+        plain.text().contains("test_events_total 5\n"),
+        "{}",
+        plain.text()
+    );
+
+    let mut gzip_request = request("GET", "/metrics", "").unwrap();
+    gzip_request.headers_mut().insert(
+        hyper::header::ACCEPT_ENCODING,
+        hyper::header::HeaderValue::from_static("gzip"),
+    );
+    let gzipped = http_request(addr, gzip_request).await.unwrap();
+    assert_eq!(gzipped.status, StatusCode::OK);
+    assert_eq!(gzipped.headers[hyper::header::CONTENT_ENCODING], "gzip");
+    assert_eq!(
+        gzipped.headers[hyper::header::CONTENT_LENGTH],
+        gzipped.body.len().to_string()
+    );
+    let mut decoded = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::MultiGzDecoder::new(&gzipped.body[..]),
+        &mut decoded,
+    )
+    .unwrap();
+    assert_eq!(decoded, plain.text());
+
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
 /// A service's own routes beside the admin ones, over TLS when the admin port has it.
 #[tokio::test]
 async fn more_routes_beside_the_admin_ones_over_tls() {

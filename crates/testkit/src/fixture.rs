@@ -126,12 +126,12 @@ impl GpuNode {
     pub fn devices(&self) -> Vec<DeviceInfo> {
         (0..self.gpus)
             .map(|i| DeviceInfo {
-                id: self.uuid(i),
+                id: self.uuid(i).into(),
                 index: i,
                 count: self.split,
                 mem_mib: self.memory_mib,
                 cores: self.cores,
-                dev_type: self.model.clone(),
+                dev_type: self.model.clone().into(),
                 numa: self.numa,
                 mode: "hami-core".into(),
                 health: !self.unhealthy.contains(&i),

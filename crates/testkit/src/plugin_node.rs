@@ -144,3 +144,19 @@ impl PluginNode {
         Ok(pod)
     }
 }
+
+/// Stops a device plugin a test runs as a task: cancels `shutdown` and waits up to `wait`
+/// for `task`; an error says what went wrong (timed out, panicked, or the plugin's error).
+pub async fn stop_plugin<E: std::fmt::Display>(
+    shutdown: &tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Result<(), E>>,
+    wait: Duration,
+) -> Result<(), String> {
+    shutdown.cancel();
+    match tokio::time::timeout(wait, task).await {
+        Err(_) => Err(format!("the plugin did not stop within {wait:?}")),
+        Ok(Err(e)) => Err(format!("the plugin task failed: {e}")),
+        Ok(Ok(Err(e))) => Err(format!("the plugin stopped with an error: {e}")),
+        Ok(Ok(Ok(()))) => Ok(()),
+    }
+}

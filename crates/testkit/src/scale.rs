@@ -34,7 +34,7 @@ impl ScaleCluster {
         let gpus = self.gpus_per_node;
         let devices: Vec<DeviceInfo> = (0..gpus)
             .map(|g| DeviceInfo {
-                id: uuid(i, g),
+                id: uuid(i, g).into(),
                 index: g as u32,
                 count: 10,
                 mem_mib: 81_920,

@@ -72,7 +72,7 @@ impl VendorNode {
         let name = self.name.clone();
         let devices: Vec<DeviceInfo> = (0..n)
             .map(|i| DeviceInfo {
-                id: format!("GPU-{name}-{i}"),
+                id: format!("GPU-{name}-{i}").into(),
                 index: i,
                 count: 10,
                 mem_mib,
@@ -95,7 +95,7 @@ impl VendorNode {
         let name = self.name.clone();
         let devices: Vec<DeviceInfo> = (0..n)
             .map(|i| DeviceInfo {
-                id: format!("DCU-{name}-{i}"),
+                id: format!("DCU-{name}-{i}").into(),
                 index: i,
                 count: 4,
                 mem_mib,
@@ -120,7 +120,7 @@ impl VendorNode {
         let devices: Vec<DeviceInfo> = (0..n)
             .map(|i| {
                 let mut d = DeviceInfo {
-                    id: format!("{i:08x}-{name}-amd"),
+                    id: format!("{i:08x}-{name}-amd").into(),
                     index: i,
                     count: 10,
                     mem_mib,
@@ -150,12 +150,12 @@ impl VendorNode {
         let devices: Vec<DeviceInfo> = (0..n)
             .map(|i| {
                 let mut d = DeviceInfo {
-                    id: format!("{common_word}-{name}-{i}"),
+                    id: format!("{common_word}-{name}-{i}").into(),
                     index: i,
                     count: 4,
                     mem_mib,
                     cores: 20,
-                    dev_type: common_word.to_string(),
+                    dev_type: common_word.into(),
                     health: true,
                     ..DeviceInfo::default()
                 };
@@ -185,7 +185,7 @@ impl VendorNode {
         let name = self.name.clone();
         let devices: Vec<DeviceInfo> = (0..cards)
             .map(|i| DeviceInfo {
-                id: format!("{name}-cambricon-mlu-{i}"),
+                id: format!("{name}-cambricon-mlu-{i}").into(),
                 index: i,
                 count: 100,
                 mem_mib: mem_units * 256,
@@ -218,7 +218,7 @@ impl VendorNode {
         let name = self.name.clone();
         let devices: Vec<DeviceInfo> = (0..n)
             .map(|i| DeviceInfo {
-                id: format!("{name}-enflame-drs-{i}"),
+                id: format!("{name}-enflame-drs-{i}").into(),
                 index: i,
                 count: slices,
                 mem_mib: 40 * 1024,

@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use base64::Engine;
 use bytes::Bytes;
+use hami_server::chunked::ChunkedBody;
 use hami_server::test_support::TestCa;
 use hami_server::{CancellationToken, TlsConfig, handler_fn};
 use hami_testkit::ApiServer;
 use hami_webhook::rules::RuleConfig;
 use hami_webhook::run::{Service, serve_service};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use kube::{Client, Config};
@@ -111,7 +112,9 @@ async fn start_recorder(
             log.lock().unwrap().push(review);
             hyper::Response::builder()
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(serde_json::to_vec(&answer).unwrap())))
+                .body(ChunkedBody::from(Bytes::from(
+                    serde_json::to_vec(&answer).unwrap(),
+                )))
                 .unwrap()
         }
     });

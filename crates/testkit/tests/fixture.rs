@@ -11,13 +11,14 @@ use std::time::Duration;
 use base64::Engine;
 use bytes::Bytes;
 use hami_core::codec::decode_node_register;
+use hami_server::chunked::ChunkedBody;
 use hami_server::test_support::TestCa;
 use hami_server::{CancellationToken, TlsConfig, handler_fn};
 use hami_testkit::fixture::{Cluster, GPU, GPUMEM, GpuNode, GpuPod, REGISTER_ANNOTATION};
 use hami_testkit::scheduler::{ExtenderConfig, ManagedResource, Scheduler, SchedulerConfig};
 use hami_webhook::rules::RuleConfig;
 use hami_webhook::run::{Service, serve_service};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
@@ -63,7 +64,9 @@ async fn device_extender() -> (std::net::SocketAddr, CancellationToken) {
         let out = json!({"Nodes": {"metadata": {}, "items": keep}, "NodeNames": null, "FailedNodes": failed, "Error": ""});
         hyper::Response::builder()
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(serde_json::to_vec(&out).unwrap())))
+            .body(ChunkedBody::from(Bytes::from(
+                serde_json::to_vec(&out).unwrap(),
+            )))
             .unwrap()
     });
     tokio::spawn(hami_server::serve(

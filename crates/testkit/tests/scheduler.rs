@@ -10,10 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use hami_server::chunked::ChunkedBody;
 use hami_server::{CancellationToken, TlsConfig, handler_fn};
 use hami_testkit::ApiServer;
 use hami_testkit::scheduler::{ExtenderConfig, ManagedResource, Scheduler, SchedulerConfig};
-use http_body_util::{BodyExt, Full};
+use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
 use kube::{Client, Config};
@@ -105,7 +106,7 @@ async fn fake_extender(api: String, tls: TlsConfig, answer: FilterFn) -> Fake {
                         return hyper::Response::builder()
                             .status(200)
                             .header("content-type", "application/json")
-                            .body(Full::new(Bytes::from(
+                            .body(ChunkedBody::from(Bytes::from(
                                 serde_json::to_vec(&json!({"Error": error})).unwrap(),
                             )))
                             .unwrap();
@@ -132,7 +133,9 @@ async fn fake_extender(api: String, tls: TlsConfig, answer: FilterFn) -> Fake {
             hyper::Response::builder()
                 .status(code)
                 .header("content-type", "application/json")
-                .body(Full::new(Bytes::from(serde_json::to_vec(&out).unwrap())))
+                .body(ChunkedBody::from(Bytes::from(
+                    serde_json::to_vec(&out).unwrap(),
+                )))
                 .unwrap()
         }
     });

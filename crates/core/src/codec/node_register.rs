@@ -46,14 +46,14 @@ pub fn decode_node_register_json(value: &str) -> Result<Vec<DeviceInfo>, CodecEr
 
 fn decode_json_device(entry: &Entry<'_>) -> Result<DeviceInfo, CodecError> {
     Ok(DeviceInfo {
-        id: entry.string("id")?,
+        id: entry.string("id")?.into(),
         index: entry.u32("index")?,
         count: entry.u32("count")?,
         mem_mib: entry.u32("devmem")?,
         cores: entry.u32("devcore")?,
-        dev_type: entry.string("type")?,
+        dev_type: entry.string("type")?.into(),
         numa: entry.i32("numa")?,
-        mode: entry.string("mode")?,
+        mode: entry.string("mode")?.into(),
         health: entry.bool("health")?,
         mig_profiles: entry
             .objects("migProfiles")?
@@ -256,14 +256,14 @@ fn decode_legacy_device<'a>(
         None => (0, LEGACY_DEFAULT_MODE.to_owned()),
     };
     Ok(DeviceInfo {
-        id: fields.id.to_owned(),
+        id: fields.id.into(),
         index,
         count,
         mem_mib,
         cores,
-        dev_type: fields.dev_type.to_owned(),
+        dev_type: fields.dev_type.into(),
         numa,
-        mode,
+        mode: mode.into(),
         health,
         mig_profiles: Vec::new(),
         custom_info: Default::default(),

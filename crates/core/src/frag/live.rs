@@ -491,7 +491,7 @@ mod tests {
 
     fn dev(i: u32) -> DeviceInfo {
         DeviceInfo {
-            id: format!("GPU-{i}"),
+            id: format!("GPU-{i}").into(),
             index: i,
             count: 10,
             mem_mib: 1000,

@@ -239,7 +239,7 @@ impl Vendor for Amd {
     /// The card model, as HAMi's AMD support writes it (consumers read the model from
     /// the allocation); the vendor key when the model could not be carried.
     fn allocated_type<'a>(&self, info: &'a DeviceInfo, req: &'a ContainerDeviceRequest) -> &'a str {
-        let t = info.dev_type.as_str();
+        let t: &str = &info.dev_type;
         if t.is_empty() || t.contains([',', ':', ';']) {
             &req.dev_type
         } else {

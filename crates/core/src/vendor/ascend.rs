@@ -409,7 +409,7 @@ impl Vendor for Ascend {
         Some(json_register(node, &self.register)?.map(|mut devices| {
             for d in &mut devices {
                 if soft {
-                    d.mode = HAMI_CORE.to_string();
+                    d.mode = HAMI_CORE.into();
                     d.cores = 100;
                 }
             }
@@ -454,7 +454,7 @@ impl Vendor for Ascend {
         constraints: &DeviceConstraints,
     ) -> Result<(), Reason> {
         let wants_soft = constraints.option(VNPU_MODE) == Some(HAMI_CORE);
-        let node_soft = devices.first().is_some_and(|d| d.mode == HAMI_CORE);
+        let node_soft = devices.first().is_some_and(|d| &*d.mode == HAMI_CORE);
         if wants_soft && !node_soft {
             return Err(Reason::ModeNotFit);
         }

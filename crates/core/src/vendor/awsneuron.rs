@@ -187,12 +187,12 @@ impl Vendor for AwsNeuron {
         Some(Ok((0..count)
             .map(|i| {
                 let mut d = DeviceInfo {
-                    id: format!("{}-{AWS_NEURON}-{i}", node.name),
+                    id: format!("{}-{AWS_NEURON}-{i}", node.name).into(),
                     index: i,
                     count: per_device,
                     mem_mib: 0,
                     cores: mask,
-                    dev_type: AWS_NEURON.to_string(),
+                    dev_type: AWS_NEURON.into(),
                     health: true,
                     ..DeviceInfo::default()
                 };
@@ -323,7 +323,7 @@ impl Vendor for AwsNeuron {
                 let per_device = ctx
                     .node_devices
                     .iter()
-                    .find(|n| n.id == d.uuid)
+                    .find(|n| *n.id == *d.uuid)
                     .map_or(0, |n| n.count);
                 for bit in 0..32 {
                     if d.cores & (1 << bit) != 0 {

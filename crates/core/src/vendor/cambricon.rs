@@ -172,12 +172,12 @@ impl Vendor for Cambricon {
         let cards = cores.div_ceil(100);
         Some(Ok((0..cards)
             .map(|i| DeviceInfo {
-                id: format!("{}-cambricon-mlu-{i}", node.name),
+                id: format!("{}-cambricon-mlu-{i}", node.name).into(),
                 index: i,
                 count: 100,
                 mem_mib,
                 cores: 100,
-                dev_type: MLU.to_string(),
+                dev_type: MLU.into(),
                 health: true,
                 ..DeviceInfo::default()
             })

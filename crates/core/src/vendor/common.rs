@@ -178,12 +178,12 @@ pub(crate) fn capacity_device(
     dev_type: &str,
 ) -> DeviceInfo {
     DeviceInfo {
-        id: format!("{node}-{word}-{index}"),
+        id: format!("{node}-{word}-{index}").into(),
         index,
         count: 1,
         mem_mib,
         cores: 100,
-        dev_type: dev_type.to_string(),
+        dev_type: dev_type.into(),
         health: true,
         ..DeviceInfo::default()
     }
@@ -380,6 +380,6 @@ mod tests {
             capacity_count(&node, "bad"),
             Some(Err(CodecError::Capacity { .. }))
         ));
-        assert_eq!(capacity_device("n", "x", 2, 10, "X").id, "n-x-2");
+        assert_eq!(&*capacity_device("n", "x", 2, 10, "X").id, "n-x-2");
     }
 }

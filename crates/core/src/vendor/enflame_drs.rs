@@ -244,12 +244,12 @@ pub fn decode_drs_capacity(node: &str, value: &str) -> Result<Vec<DeviceInfo>, C
             ("maxSlice".to_string(), serde_json::Value::from(max_slice)),
         ]);
         out.push(DeviceInfo {
-            id: format!("{node}-enflame-drs-{index}"),
+            id: format!("{node}-enflame-drs-{index}").into(),
             index,
             count,
             mem_mib,
             cores: 100,
-            dev_type: ENFLAME.to_string(),
+            dev_type: ENFLAME.into(),
             health: true,
             custom_info,
             ..DeviceInfo::default()
@@ -468,7 +468,7 @@ impl Vendor for EnflameDrs {
             let Some(chosen) = devices.first() else {
                 continue;
             };
-            let pos = ctx.node_devices.iter().position(|d| d.id == chosen.uuid);
+            let pos = ctx.node_devices.iter().position(|d| *d.id == *chosen.uuid);
             let device = pos.map(|p| &ctx.node_devices[p]);
             let profile = match (pos, ctx.requests.get(i).copied().flatten()) {
                 (Some(p), Some(req)) => select_profile(&menus[p], req),

@@ -269,12 +269,12 @@ impl Vendor for KunlunXpu {
         };
         Some(Ok((0..cards)
             .map(|i| DeviceInfo {
-                id: format!("{}-kunlun-{i}", node.name),
+                id: format!("{}-kunlun-{i}", node.name).into(),
                 index: i,
                 count: 100,
                 mem_mib: XPU_MEMORY,
                 cores: 100,
-                dev_type: KUNLUN.to_string(),
+                dev_type: KUNLUN.into(),
                 numa: i32::from(i >= cards / 2),
                 health: true,
                 ..DeviceInfo::default()

@@ -271,12 +271,12 @@ fn decode_sgpus(value: &str) -> Result<Vec<DeviceInfo>, CodecError> {
                 return Err(bad(format!("entry {i} has no uuid")));
             }
             let mut d = DeviceInfo {
-                id: uuid,
+                id: uuid.into(),
                 index: i as u32,
                 count: num("totalDevCount")?,
                 mem_mib: num("totalVRam")?,
                 cores: num("totalCompute")?,
-                dev_type: METAX_SGPU.to_string(),
+                dev_type: METAX_SGPU.into(),
                 numa: field("numa").and_then(|v| v.as_i64()).unwrap_or(0) as i32,
                 health: field("healthy").and_then(|v| v.as_bool()).unwrap_or(false),
                 ..DeviceInfo::default()

@@ -172,12 +172,12 @@ impl Vendor for Mthreads {
         };
         Some(Ok((0..cores.div_ceil(CORES_PER_GPU))
             .map(|i| DeviceInfo {
-                id: format!("{}-mthreads-{i}", node.name),
+                id: format!("{}-mthreads-{i}", node.name).into(),
                 index: i,
                 count: 100,
                 mem_mib,
                 cores: CORES_PER_GPU,
-                dev_type: MTHREADS.to_string(),
+                dev_type: MTHREADS.into(),
                 health: true,
                 ..DeviceInfo::default()
             })

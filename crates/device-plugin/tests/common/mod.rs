@@ -241,18 +241,9 @@ impl Cluster {
     }
 
     pub async fn wait_registered(&mut self, times: u64) {
-        let ok = tokio::time::timeout(
-            WAIT,
-            self.status
-                .wait_for(|s| s.registered && s.registrations >= times),
-        )
-        .await
-        .is_ok();
-        assert!(
-            ok,
-            "plugin did not register {times} time(s): {:?}",
-            *self.status.borrow()
-        );
+        if let Err(last) = PluginStatus::wait_registered(&mut self.status, times, WAIT).await {
+            panic!("plugin did not register {times} time(s): {last:?}");
+        }
     }
 
     /// Waits until the readiness the supervisor reports on satisfies `cond`.

@@ -454,6 +454,15 @@ impl Cluster {
     pub async fn allocated_mem(&self) -> BTreeMap<String, u64> {
         parse_allocated(&self.metrics().await)
     }
+
+    /// Waits (bounded) until device `gpu` is counted with `mem` MiB allocated.
+    pub async fn wait_allocated(&self, gpu: &str, mem: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.allocated_mem().await.get(gpu) != Some(&mem) {
+            assert!(Instant::now() < deadline, "{gpu} never held {mem} MiB");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 pub fn parse_allocated(metrics: &str) -> BTreeMap<String, u64> {

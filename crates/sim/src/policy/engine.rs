@@ -128,12 +128,12 @@ impl EnginePolicy {
         for (n, node) in cluster.nodes.iter().enumerate() {
             let devices = (0..u32::from(node.gpu_count))
                 .map(|g| DeviceInfo {
-                    id: format!("{}-{g}", self.names[n]),
+                    id: format!("{}-{g}", self.names[n]).into(),
                     index: g,
                     count: u32::from(slots),
                     mem_mib: DEVMEM,
                     cores: 100,
-                    dev_type: device_type(node.model),
+                    dev_type: device_type(node.model).into(),
                     health: true,
                     mode: "hami-core".into(),
                     ..Default::default()
