@@ -36,6 +36,24 @@ async fn create_pod(client: &Client, name: &str, annotations: serde_json::Value)
     pods.create(&PostParams::default(), &pod).await.unwrap();
 }
 
+/// Binds pod `name` to node n1, as the scheduler's Binding does.
+async fn bind_to_n1(client: &Client, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let binding = json!({
+        "apiVersion": "v1", "kind": "Binding",
+        "metadata": {"name": name, "namespace": "default"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
+    });
+    pods.create_subresource::<_, serde_json::Value>(
+        "binding",
+        name,
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .unwrap();
+}
+
 async fn lock_value(client: &Client) -> Option<String> {
     let nodes: Api<Node> = Api::all(client.clone());
     let n = nodes.get("n1").await.unwrap();
@@ -293,20 +311,7 @@ async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
     ));
 
     // A bound owner is being allocated by the device plugin: never abandoned.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": "orphan", "namespace": "default"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    });
-    pods.create_subresource::<_, serde_json::Value>(
-        "binding",
-        "orphan",
-        &PostParams::default(),
-        &binding,
-    )
-    .await
-    .unwrap();
+    bind_to_n1(&client, "orphan").await;
     set_lock(&client, &format!("{},default,orphan", at(0))).await;
     assert!(
         lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)
@@ -395,20 +400,7 @@ async fn stale_locks_are_released_without_a_bind_and_live_ones_kept() {
     assert_eq!(lock_value(&client).await, None);
 
     // Owner bound and being allocated: kept for the device plugin to release.
-    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": "again", "namespace": "default"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    });
-    pods.create_subresource::<_, serde_json::Value>(
-        "binding",
-        "again",
-        &PostParams::default(),
-        &binding,
-    )
-    .await
-    .unwrap();
+    bind_to_n1(&client, "again").await;
     set_lock(&client, &format!("{now},default,again")).await;
     assert_eq!(stale(&client).await.unwrap(), None);
     assert_eq!(
@@ -429,19 +421,7 @@ async fn a_pod_deleted_while_awaiting_its_allocation_keeps_the_lock() {
     create_pod(&client, "leaving", json!({BIND_PHASE: "allocating"})).await;
     create_pod(&client, "next", json!({})).await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": "leaving", "namespace": "default"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    });
-    pods.create_subresource::<_, serde_json::Value>(
-        "binding",
-        "leaving",
-        &PostParams::default(),
-        &binding,
-    )
-    .await
-    .unwrap();
+    bind_to_n1(&client, "leaving").await;
     let value = format!("{now},default,leaving");
     set_lock(&client, &value).await;
     // A bound pod is deleted gracefully: it stays, marked, until its kubelet finishes.
