@@ -163,14 +163,16 @@ impl Extender {
                 Ok(None)
             }
         });
-        let took = took?;
-        let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
+        // A failed annotation write is the cause to report even when the lock failed
+        // too (a fault that fails one write often fails both).
         if let Err(f) = written {
-            if release_shared {
+            if matches!(&took, Ok(Some(a)) if *a != Acquired::Reentered) {
                 self.release_lock(node, ns, name).await;
             }
             return Err(f);
         }
+        let took = took?;
+        let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
         let mut stamped = Vec::new();
         for (key, expiry) in &locks.stamps {
             if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
