@@ -64,10 +64,15 @@ async fn metrics_of(component: &str, admin: SocketAddr) -> Result<String, Harnes
 
 /// A `kube` client for `url`.
 pub fn client_for(url: &str) -> Result<Client, HarnessError> {
+    Client::try_from(config_for(url)?).map_err(HarnessError::kube("creating a client"))
+}
+
+/// The `kube` config of a client for `url`.
+pub fn config_for(url: &str) -> Result<Config, HarnessError> {
     let uri = url
         .parse()
         .map_err(|e| HarnessError::Setup(format!("API server URL {url}: {e}")))?;
-    Client::try_from(Config::new(uri)).map_err(HarnessError::kube("creating a client"))
+    Ok(Config::new(uri))
 }
 
 fn pod_condition<'a>(pod: &'a Value, ty: &str) -> Option<&'a Value> {
@@ -202,7 +207,7 @@ impl DemoCluster {
         cluster.wait_nodes_allocatable().await?;
         let ext = cluster
             .extender_setup
-            .start(cluster.new_client()?, Some(ext_listener))
+            .start_at(cluster.api_config()?, Some(ext_listener))
             .await?;
         cluster.extender = Some(ext);
         cluster.wait_extender_knows_gpus().await?;
@@ -214,6 +219,11 @@ impl DemoCluster {
     /// A fresh client (its own connections), as each component has in a real cluster.
     fn new_client(&self) -> Result<Client, HarnessError> {
         client_for(&self.api.url())
+    }
+
+    /// Where `new_client`'s clients connect.
+    fn api_config(&self) -> Result<Config, HarnessError> {
+        config_for(&self.api.url())
     }
 
     pub fn spec(&self) -> &ClusterSpec {
@@ -438,8 +448,8 @@ impl DemoCluster {
     /// pods' annotations and is ready once its caches synced.
     pub async fn start_extender(&mut self) -> Result<(), HarnessError> {
         if self.extender.is_none() {
-            let client = self.new_client()?;
-            self.extender = Some(self.extender_setup.start(client, None).await?);
+            let config = self.api_config()?;
+            self.extender = Some(self.extender_setup.start_at(config, None).await?);
             self.wait_extender_knows_gpus().await?;
         }
         Ok(())

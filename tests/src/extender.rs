@@ -10,7 +10,7 @@ use hami_core::vendor::Vendor;
 use hami_core::vendor::amd::Amd;
 use hami_core::vendor::hygon::Hygon;
 use hami_scheduler::cli::DEFAULT_BODY_LIMIT;
-use hami_scheduler::run::{Service, serve_service};
+use hami_scheduler::run::{Service, serve_service, serve_service_at};
 use hami_scheduler::service::Settings;
 use hami_server::TlsConfig;
 use hami_server::supervise::RestartPolicy;
@@ -74,6 +74,24 @@ impl ExtenderSetup {
         client: kube::Client,
         listener: Option<TcpListener>,
     ) -> Result<RunningExtender, HarnessError> {
+        self.start_with(Connect::Client(client), listener).await
+    }
+
+    /// [`ExtenderSetup::start`] against the API server of `config`, as the binary runs:
+    /// /bind makes its own client on the HTTP thread.
+    pub async fn start_at(
+        &self,
+        config: kube::Config,
+        listener: Option<TcpListener>,
+    ) -> Result<RunningExtender, HarnessError> {
+        self.start_with(Connect::Config(config), listener).await
+    }
+
+    async fn start_with(
+        &self,
+        connect: Connect,
+        listener: Option<TcpListener>,
+    ) -> Result<RunningExtender, HarnessError> {
         let listener = match listener {
             Some(l) => l,
             None => crate::rebind(self.addr, "extender").await?,
@@ -103,15 +121,28 @@ impl ExtenderSetup {
             restart: RestartPolicy::default(),
         };
         let stop = CancellationToken::new();
-        let running = Running::spawn(
-            "hami-scheduler",
-            stop.clone(),
-            serve_service(svc, client, stop),
-        );
+        let running = match connect {
+            Connect::Client(client) => Running::spawn(
+                "hami-scheduler",
+                stop.clone(),
+                serve_service(svc, client, stop),
+            ),
+            Connect::Config(config) => Running::spawn(
+                "hami-scheduler",
+                stop.clone(),
+                serve_service_at(svc, config, stop),
+            ),
+        };
         let ext = RunningExtender { running, admin };
         wait_ready(&ext).await?;
         Ok(ext)
     }
+}
+
+/// How the extender reaches the API server.
+enum Connect {
+    Client(kube::Client),
+    Config(kube::Config),
 }
 
 /// The real extender alone over an API server, without kube-scheduler, nodes or device

@@ -68,7 +68,7 @@ impl Extender {
         match result {
             Ok(()) => {
                 tracing::info!(%pod, node = %args.node, "bind: bound");
-                self.events.record(
+                self.record_after_answer(
                     subject,
                     EventType::Normal,
                     "BindingSucceed",
@@ -80,7 +80,7 @@ impl Extender {
             }
             Err(f) => {
                 tracing::warn!(%pod, node = %args.node, error = %f.message, "bind: failed");
-                self.events.record(
+                self.record_after_answer(
                     subject,
                     EventType::Warning,
                     "BindingFailed",
@@ -92,6 +92,24 @@ impl Extender {
                 ExtenderBindingResult { error: f.message }
             }
         }
+    }
+
+    /// Records the bind's event once the answer is on its way: handing it to the event
+    /// writer wakes the main runtime's thread, which kube-scheduler need not wait for.
+    /// The bind runs as a task of its own ([`Extender::bind`] is spawned); the task
+    /// sending the answer is woken when it ends, and this one yields once to run after it.
+    fn record_after_answer(
+        &self,
+        subject: Subject,
+        kind: EventType,
+        reason: &'static str,
+        message: String,
+    ) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::task::yield_now().await;
+            events.record(subject, kind, reason, message);
+        });
     }
 
     async fn bind_inner(&self, args: &ExtenderBindingArgs) -> Result<(), Failure> {
@@ -229,7 +247,7 @@ impl Extender {
         // (by HAMi, an older version) are marked here, as HAMi does.
         if !self.lock_state().bind_marked(uid) {
             let phase = bind_mark::mark(MetadataPatch::new(), unix_now());
-            if let Err(e) = patch_pod(&self.client, PodRef::new(ns, name, uid), &phase).await {
+            if let Err(e) = patch_pod(&self.api.get(), PodRef::new(ns, name, uid), &phase).await {
                 return Err(api_failure(
                     &e,
                     format!("could not mark pod {ns}/{name} allocating: {e}"),
@@ -254,7 +272,7 @@ impl Extender {
             "metadata": {"name": name, "namespace": ns, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}
         });
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let pods: Api<Pod> = Api::namespaced(self.api.get(), ns);
         pods.create_subresource::<_, serde_json::Value>(
             "binding",
             name,
@@ -276,7 +294,7 @@ impl Extender {
         uid: &str,
         node: &str,
     ) -> Result<(), Failure> {
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let pods: Api<Pod> = Api::namespaced(self.api.get(), ns);
         let pod = match pods.get_opt(name).await {
             Ok(Some(p)) => p,
             Ok(None) => {
@@ -394,8 +412,9 @@ impl Extender {
         key: &str,
         expiry: Duration,
     ) -> Result<(), Failure> {
+        let client = self.api.get();
         self.acquire_waiting(node, || {
-            vendor_lock::try_acquire(&self.client, node, key, expiry)
+            vendor_lock::try_acquire(&client, node, key, expiry)
         })
         .await
     }
@@ -456,7 +475,7 @@ impl Extender {
     /// Gives back the vendors' time-stamp locks a failed bind took.
     async fn release_stamp_locks(&self, node: &str, keys: &[String]) {
         for key in keys {
-            if let Err(e) = vendor_lock::release(&self.client, node, key).await {
+            if let Err(e) = vendor_lock::release(&self.api.get(), node, key).await {
                 tracing::error!(%node, lock = %key, error = %e, "could not release a vendor node lock; it expires on its own");
                 self.metrics
                     .error(Operation::Bind, ErrorReason::LockReleaseFailed);
@@ -496,7 +515,7 @@ impl Extender {
         match unlocked_at {
             Some(version) => {
                 lock::try_acquire_seen_unlocked(
-                    &self.client,
+                    &self.api.get(),
                     node,
                     ns,
                     name,
@@ -507,7 +526,7 @@ impl Extender {
                 .await
             }
             None => {
-                lock::try_acquire_with(&self.client, node, ns, name, timeout, &self.binds).await
+                lock::try_acquire_with(&self.api.get(), node, ns, name, timeout, &self.binds).await
             }
         }
     }
@@ -533,7 +552,7 @@ impl Extender {
     }
 
     pub(crate) async fn release_lock(&self, node: &str, ns: &str, name: &str) {
-        let released = lock::release(&self.client, node, ns, name).await;
+        let released = lock::release(&self.api.get(), node, ns, name).await;
         // Binds of this process queued on the node try again now, not at the watch's
         // echo of the release.
         self.node_changes.send_modify(|v| *v = v.wrapping_add(1));

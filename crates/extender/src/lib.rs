@@ -16,6 +16,7 @@ pub mod filter;
 pub mod filter_report;
 pub mod frag_workload;
 pub mod health;
+mod hot_client;
 pub mod housekeeping;
 pub mod leader;
 pub mod metrics;

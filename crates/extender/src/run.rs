@@ -151,6 +151,26 @@ pub async fn serve_service(
     client: Client,
     shutdown: CancellationToken,
 ) -> Result<(), RunError> {
+    serve_connected(svc, client, None, shutdown).await
+}
+
+/// [`serve_service`] against the API server of `config`; /bind makes its own client
+/// from it on the HTTP thread (`hot_client`).
+pub async fn serve_service_at(
+    svc: Service,
+    config: kube::Config,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
+    let client = hami_k8s::client::client_for(config.clone())?;
+    serve_connected(svc, client, Some(config), shutdown).await
+}
+
+async fn serve_connected(
+    svc: Service,
+    client: Client,
+    config: Option<kube::Config>,
+    shutdown: CancellationToken,
+) -> Result<(), RunError> {
     let registry = VendorRegistry::from_config(&svc.devices);
     let ttl = i64::try_from(svc.settings.reservation_timeout.as_secs()).unwrap_or(i64::MAX);
     let state = Arc::new(Mutex::new(SchedState::new(registry.clone(), ttl)));
@@ -254,6 +274,7 @@ pub async fn serve_service(
             state,
             quotas,
             client,
+            config,
             events,
             metrics,
             node_changes: changes,
@@ -331,7 +352,7 @@ async fn serve_on_own_thread(
 /// Parses nothing, binds the flags' addresses, connects, and serves until `shutdown`.
 pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> {
     let svc = Service::from_cli(&cli).await?;
-    let client = hami_k8s::client::connect(cli.client.kubeconfig.as_deref()).await?;
+    let config = hami_k8s::client::config(cli.client.kubeconfig.as_deref()).await?;
     tracing::info!(
         scheduler = %svc.settings.scheduler_name,
         node_policy = %svc.settings.defaults.node_policy,
@@ -342,5 +363,5 @@ pub async fn run(cli: Cli, shutdown: CancellationToken) -> Result<(), RunError> 
         leader_elect = cli.leader_elect,
         "hami-scheduler starting"
     );
-    serve_service(svc, client, shutdown).await
+    serve_service_at(svc, config, shutdown).await
 }

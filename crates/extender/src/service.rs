@@ -18,6 +18,7 @@ use kube::Client;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::hot_client::HotClient;
 use crate::metrics::{ErrorReason, Metrics, Operation};
 use crate::state::SchedState;
 use crate::wire::{ExtenderBindingArgs, ExtenderBindingResult, ExtenderFilterResult};
@@ -50,6 +51,8 @@ pub struct Extender {
     pub(crate) quotas: QuotaCache,
     pub(crate) registry: VendorRegistry,
     pub(crate) client: Client,
+    /// The client /bind's own calls use: the HTTP thread's ([`HotClient`]).
+    pub(crate) api: HotClient,
     pub(crate) events: Recorder,
     pub(crate) metrics: Metrics,
     pub(crate) settings: Settings,
@@ -78,6 +81,9 @@ pub struct ExtenderParts {
     pub state: Arc<Mutex<SchedState>>,
     pub quotas: QuotaCache,
     pub client: Client,
+    /// Where `client` connects: /bind makes its own client from it on the HTTP thread
+    /// (`hot_client`); `None`: /bind uses `client`.
+    pub config: Option<kube::Config>,
     pub events: Recorder,
     pub metrics: Metrics,
     /// Bumped on every node event (lock waiters wake on it).
@@ -99,6 +105,7 @@ impl Extender {
             state,
             quotas,
             client,
+            config,
             events,
             metrics,
             node_changes,
@@ -109,6 +116,7 @@ impl Extender {
             state,
             quotas,
             registry,
+            api: HotClient::new(client.clone(), config),
             client,
             events,
             metrics,

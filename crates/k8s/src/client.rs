@@ -24,6 +24,16 @@ pub enum ClientError {
 
 /// A client for `kubeconfig` when given, else found the standard way.
 pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
+    client_for(config(kubeconfig).await?)
+}
+
+/// A client for `config`.
+pub fn client_for(config: Config) -> Result<Client, ClientError> {
+    Client::try_from(config).map_err(ClientError::Build)
+}
+
+/// Where [`connect`] connects: `kubeconfig` when given, else found the standard way.
+pub async fn config(kubeconfig: Option<&Path>) -> Result<Config, ClientError> {
     let config = match kubeconfig {
         Some(path) => {
             let kc = Kubeconfig::read_from(path).map_err(|source| ClientError::Kubeconfig {
@@ -40,5 +50,5 @@ pub async fn connect(kubeconfig: Option<&Path>) -> Result<Client, ClientError> {
         None => Config::infer().await.map_err(ClientError::Infer)?,
     };
     tracing::info!(api_server = %config.cluster_url, "using Kubernetes API server");
-    Client::try_from(config).map_err(ClientError::Build)
+    Ok(config)
 }

@@ -478,12 +478,14 @@ impl Store {
                 message: format!("too old resource version: {cursor} ({})", g.compacted + 1),
             });
         }
+        // The history is in resourceVersion order (one counter, appended under the
+        // lock): start at the first event after `cursor` instead of scanning it all for
+        // every watch at every write.
+        let first = g.history.partition_point(|e| e.rv <= cursor);
         let evs = g
             .history
-            .iter()
-            .filter(|e| {
-                e.rv > cursor && e.resource == res.id && ns.is_none_or(|n| n == e.namespace)
-            })
+            .range(first..)
+            .filter(|e| e.resource == res.id && ns.is_none_or(|n| n == e.namespace))
             .cloned()
             .collect();
         Ok((evs, g.rv.max(cursor)))

@@ -39,8 +39,16 @@ pub struct WatchRequest {
     pub format: WatchFormat,
 }
 
+/// One `WatchEvent` line, `object` serialized in place (no copy of it first: every
+/// write is sent to every watch).
 fn line(kind: &str, object: &Value) -> Bytes {
-    let mut v = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
+    #[derive(serde::Serialize)]
+    struct WatchEvent<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        object: &'a Value,
+    }
+    let mut v = serde_json::to_vec(&WatchEvent { kind, object }).unwrap_or_default();
     v.push(b'\n');
     Bytes::from(v)
 }
@@ -56,8 +64,10 @@ impl Writer<'_> {
     /// False once the client has gone.
     async fn send(&mut self, kind: &str, object: &Value) -> bool {
         let object = match self.req.format {
-            _ if kind == "BOOKMARK" || kind == "ERROR" => object.clone(),
-            WatchFormat::Object => object.clone(),
+            _ if kind == "BOOKMARK" || kind == "ERROR" => {
+                return self.tx.send(line(kind, object)).await.is_ok();
+            }
+            WatchFormat::Object => return self.tx.send(line(kind, object)).await.is_ok(),
             WatchFormat::Metadata(v) => table::partial_metadata(object, v),
             WatchFormat::Table(opts) => {
                 let rv = object.pointer("/metadata/resourceVersion").cloned();
