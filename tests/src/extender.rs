@@ -84,7 +84,7 @@ impl ExtenderSetup {
         config: kube::Config,
         listener: Option<TcpListener>,
     ) -> Result<RunningExtender, HarnessError> {
-        self.start_with(Connect::Config(config), listener).await
+        self.start_with(Connect::Config(Box::new(config)), listener).await
     }
 
     async fn start_with(
@@ -130,7 +130,7 @@ impl ExtenderSetup {
             Connect::Config(config) => Running::spawn(
                 "hami-scheduler",
                 stop.clone(),
-                serve_service_at(svc, config, stop),
+                serve_service_at(svc, *config, stop),
             ),
         };
         let ext = RunningExtender { running, admin };
@@ -142,7 +142,7 @@ impl ExtenderSetup {
 /// How the extender reaches the API server.
 enum Connect {
     Client(kube::Client),
-    Config(kube::Config),
+    Config(Box<kube::Config>),
 }
 
 /// The real extender alone over an API server, without kube-scheduler, nodes or device
