@@ -84,7 +84,8 @@ impl ExtenderSetup {
         config: kube::Config,
         listener: Option<TcpListener>,
     ) -> Result<RunningExtender, HarnessError> {
-        self.start_with(Connect::Config(Box::new(config)), listener).await
+        self.start_with(Connect::Config(Box::new(config)), listener)
+            .await
     }
 
     async fn start_with(

@@ -62,3 +62,86 @@ impl HotClient {
         client
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use hami_testkit::ApiServer;
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::Api;
+
+    use super::*;
+
+    /// Reads namespace `default` with the client `hot` gives a new thread's one-thread
+    /// runtime (the HTTP thread), and whether it was that thread's own client.
+    fn read_on_new_http_thread(hot: Arc<HotClient>) -> (Result<String, String>, bool) {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())?;
+            let read = rt.block_on(async {
+                let api: Api<Namespace> = Api::all(hot.get());
+                api.get("default")
+                    .await
+                    .map(|n| n.metadata.name.unwrap_or_default())
+                    .map_err(|e| e.to_string())
+            });
+            let own = hot
+                .local
+                .lock_unpoisoned()
+                .as_ref()
+                .is_some_and(|(id, _)| *id == std::thread::current().id());
+            Ok::<_, String>((read, own))
+        })
+        .join()
+        .map_err(|_| "the thread panicked".to_string())
+        .and_then(|r| r)
+        .unwrap_or_else(|e| (Err(e), false))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn each_http_thread_gets_a_working_client_of_its_own() {
+        let server = ApiServer::start().await.unwrap();
+        let config = Config::new(server.url().parse().unwrap());
+        let shared = Client::try_from(config.clone()).unwrap();
+        let hot = Arc::new(HotClient::new(shared, Some(config)));
+        // The second thread comes after the first one's runtime ended (the server
+        // restarted): the first thread's client, whose tasks died with that runtime,
+        // must not be handed to it.
+        for round in 0..2 {
+            let (read, own) = tokio::task::spawn_blocking({
+                let hot = hot.clone();
+                move || read_on_new_http_thread(hot)
+            })
+            .await
+            .unwrap();
+            assert_eq!(read.as_deref(), Ok("default"), "round {round}");
+            assert!(
+                own,
+                "round {round}: the thread used a client made elsewhere"
+            );
+        }
+        // On the multi-thread runtime the shared client is used, and none is made.
+        hot.local.lock_unpoisoned().take();
+        let api: Api<Namespace> = Api::all(hot.get());
+        assert!(api.get("default").await.is_ok());
+        assert!(hot.local.lock_unpoisoned().is_none());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn without_a_config_the_http_thread_uses_the_shared_client() {
+        let server = ApiServer::start().await.unwrap();
+        let shared = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
+        let hot = Arc::new(HotClient::new(shared, None));
+        let (read, own) = tokio::task::spawn_blocking({
+            let hot = hot.clone();
+            move || read_on_new_http_thread(hot)
+        })
+        .await
+        .unwrap();
+        assert_eq!(read.as_deref(), Ok("default"));
+        assert!(!own);
+    }
+}
