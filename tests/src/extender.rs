@@ -68,8 +68,20 @@ impl ExtenderSetup {
         ))
     }
 
-    /// Starts with empty memory (it rebuilds its ledger from the pods' annotations).
+    /// Starts with empty memory (it rebuilds its ledger from the pods' annotations) and
+    /// waits until it is ready.
     pub async fn start(
+        &self,
+        client: kube::Client,
+        listener: Option<TcpListener>,
+    ) -> Result<RunningExtender, HarnessError> {
+        let ext = self.spawn(client, listener).await?;
+        wait_ready(&ext).await?;
+        Ok(ext)
+    }
+
+    /// Starts with empty memory, without waiting for it to be ready.
+    pub async fn spawn(
         &self,
         client: kube::Client,
         listener: Option<TcpListener>,
@@ -108,9 +120,7 @@ impl ExtenderSetup {
             stop.clone(),
             serve_service(svc, client, stop),
         );
-        let ext = RunningExtender { running, admin };
-        wait_ready(&ext).await?;
-        Ok(ext)
+        Ok(RunningExtender { running, admin })
     }
 }
 
@@ -140,7 +150,7 @@ impl StandaloneExtender {
 }
 
 /// Waits for /readyz (node, pod and resourcequota caches synced).
-async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
+pub(crate) async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok((200, _)) = crate::http::get(ext.admin, "/readyz").await {
