@@ -7,6 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use hami_core::frag::live::FragModel;
+use hami_core::frag::pairing::Pairing;
 use hami_core::frag::observed::{
     ClusterGpus, ModelTable, ObservedSettings, ObservedWorkload, PodShape,
 };
@@ -29,6 +30,8 @@ const SHAPES_SHOWN: usize = 32;
 #[derive(Debug)]
 struct Built {
     model: Arc<FragModel>,
+    /// The pairing term with the sharing pods seen (`None`: its weight is 0).
+    pairing: Option<Arc<Pairing>>,
     at: i64,
     seen: u64,
     registrations: u64,
@@ -90,6 +93,15 @@ impl LiveFrag {
 
     /// The model to place with at `now`, rebuilt when stale.
     pub fn model(&mut self, ledger: &Ledger, now: i64) -> Arc<FragModel> {
+        self.built(ledger, now).model.clone()
+    }
+
+    /// The pairing term to place with at `now` (built with the model, from the same pods).
+    pub fn pairing(&mut self, ledger: &Ledger, now: i64) -> Option<Arc<Pairing>> {
+        self.built(ledger, now).pairing.clone()
+    }
+
+    fn built(&mut self, ledger: &Ledger, now: i64) -> &Built {
         let (seen, registrations) = (self.observed.seen(), self.registrations);
         let built = match self.built.take() {
             Some(b)
@@ -99,7 +111,15 @@ impl LiveFrag {
                 b
             }
             _ => {
-                let model = Arc::new(self.observed.model(&cluster_gpus(ledger), self.cfg));
+                let gpus = cluster_gpus(ledger);
+                let model = Arc::new(self.observed.model(&gpus, self.cfg));
+                let pairing = (self.cfg.pair != 0.0).then(|| {
+                    Arc::new(Pairing {
+                        weight: self.cfg.pair,
+                        horizon: self.cfg.pair_horizon,
+                        supply: Arc::new(self.observed.hole_supply(&gpus)),
+                    })
+                });
                 tracing::debug!(
                     pods_seen = seen,
                     classes = model.workload().classes.len(),
@@ -107,15 +127,14 @@ impl LiveFrag {
                 );
                 Built {
                     model,
+                    pairing,
                     at: now,
                     seen,
                     registrations,
                 }
             }
         };
-        let model = built.model.clone();
-        self.built = Some(built);
-        model
+        self.built.insert(built)
     }
 
     /// What `/debug/frag-workload` shows: where M comes from, M's classes (GPU types by
@@ -182,6 +201,7 @@ impl LiveFrag {
             "min_pods": settings.min_pods,
             "half_life_pods": settings.half_life,
             "coverage_pct": settings.coverage_pct,
+            "pairing": {"weight": self.cfg.pair, "horizon": self.cfg.pair_horizon},
             "gpu_types": types,
             "classes": classes,
             "shapes": shapes,

@@ -386,8 +386,11 @@ pub fn node_rank(gain: f64) -> f64 {
 pub struct CachedScore {
     /// The node score as reported (Φ(before) − Φ(after), milli-GPU).
     pub score: f32,
-    /// What nodes are ranked by.
+    /// What nodes are ranked by (before the cluster-wide pairing term).
     pub rank: f64,
+    /// The free share (milli-GPU) of the one device a sharing pod takes, before and after
+    /// the pod: what the pairing term prices (`super::pairing`); `None` for other pods.
+    pub hole: Option<(i32, i32)>,
 }
 
 /// The frag scores of one node as it is now: Φ per model and node scores per pod shape.

@@ -19,6 +19,7 @@ use super::{ModelSet, TaskClass, TypicalWorkload};
 use crate::codec::selectors::DeviceSelector;
 use crate::engine::{PlanError, PodPlan, SchedulerDefaults};
 use crate::frag::live::{FragModel, UNKNOWN_MODEL};
+use crate::frag::pairing::HoleSupply;
 use crate::request::ContainerKind;
 use crate::resources::pod_requests;
 use crate::vendor::VendorRegistry;
@@ -370,6 +371,18 @@ impl ObservedWorkload {
             c.weight /= cum.max(f64::MIN_POSITIVE);
         }
         TypicalWorkload { classes }
+    }
+
+    /// The sharing pods seen (one device, less than a whole one), by share in milli-GPU,
+    /// as decayed counts (the latest pod counts 1): the demand of the `frag` pairing term
+    /// (`docs/simulator.md#supply-aware-pairing`).
+    pub fn hole_supply(&self, gpus: &ClusterGpus) -> HoleSupply {
+        let reference = gpus.reference_mem_mib();
+        let mut supply = HoleSupply::default();
+        for b in self.buckets.iter().filter(|b| b.key.num_gpu == 1) {
+            supply.observe_weighted(b.key.milli(reference), b.weight / self.increment);
+        }
+        supply
     }
 
     /// A fragmentation model of [`ObservedWorkload::typical`] for a cluster with `gpus`.

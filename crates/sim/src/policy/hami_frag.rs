@@ -7,7 +7,7 @@ use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
 use crate::cluster::{Cluster, lowest_fitting_gpus};
 use crate::frag::{FragScoreConfig, FragScorer, reweighted_by_gpu, typical_workload};
-use hami_core::frag::pairing::HoleSupply;
+use hami_core::frag::pairing::{FreeShares, HoleSupply};
 
 #[derive(Debug)]
 pub struct HamiFrag {
@@ -66,14 +66,15 @@ impl Policy for HamiFrag {
         let node = if self.pair != 0.0 && task.is_sharing() {
             self.supply.observe(task.milli);
             let waste = self.supply.waste(
-                cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied()),
+                &FreeShares::of(cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied())),
                 self.pair_horizon,
             );
             let weight = self.pair;
             pick_best(feasible, ranks, |n| {
                 let (score, gpu) = score_of(n, self);
                 let gain = gpu.map_or(0.0, |g| {
-                    waste.gain(cluster.nodes[n].gpu_free[g], task.milli)
+                    let free = cluster.nodes[n].gpu_free[g];
+                    waste.gain(free, free - task.milli)
                 });
                 score.map(|s| s + weight * gain)
             })?
