@@ -16,9 +16,7 @@ use crate::fit::{
     DeviceWork, FitFailure, FitScratch, FitSettings, Pick, Placed, PodSoFar, container_device,
     enough_devices_pass, fit_container_into,
 };
-use crate::frag::live::{
-    CachedScore, FragModel, FragNode, NodeFrag, PodFrag, free_share, node_rank,
-};
+use crate::frag::live::{CachedScore, FragModel, FragNode, NodeFrag, PodFrag, free_share};
 use crate::frag::pairing::{Pairing, PairingBonus};
 use crate::ledger::{Ledger, NodeInventory, NodeState};
 use crate::model::{ContainerDeviceRequest, PodSingleDevice};
@@ -425,7 +423,7 @@ fn fit_node_compact(
         let (gain, hole) = frag_gain(&frag, plan, node, &scratch.picks);
         return Ok(Scored {
             score: gain as f32,
-            rank: node_rank(gain),
+            rank: frag.rank(gain),
             hole,
         });
     }

@@ -306,11 +306,17 @@ fn free_shares_follow_pods_and_node_registrations() {
     // 300 MiB and 20 % of a 1000-MiB GPU: min(80 % cores, 70 % memory) free = 700 milli.
     ledger.apply_pod(record(&placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;")));
     let shares = ledger.free_shares();
-    assert_eq!((shares.count(1000), shares.count(700), shares.total()), (1, 1, 2));
+    assert_eq!(
+        (shares.count(1000), shares.count(700), shares.total()),
+        (1, 1, 2)
+    );
     // Re-registered with a third GPU: the pod still holds its share of GPU 0.
     add_node(&mut ledger, "n", 3, 1000);
     let shares = ledger.free_shares();
-    assert_eq!((shares.count(1000), shares.count(700), shares.total()), (2, 1, 3));
+    assert_eq!(
+        (shares.count(1000), shares.count(700), shares.total()),
+        (2, 1, 3)
+    );
     assert_eq!(ledger.free_shares(), &ledger.recomputed_free_shares());
     ledger.remove_pod("uid-a");
     assert_eq!(ledger.free_shares().count(1000), 3);

@@ -7,10 +7,10 @@
 use std::sync::{Arc, Mutex};
 
 use hami_core::frag::live::FragModel;
-use hami_core::frag::pairing::Pairing;
 use hami_core::frag::observed::{
     ClusterGpus, ModelTable, ObservedSettings, ObservedWorkload, PodShape,
 };
+use hami_core::frag::pairing::Pairing;
 use hami_core::frag::score::FragScoreConfig;
 use hami_core::ledger::Ledger;
 use hami_core::sync::MutexExt;
@@ -117,6 +117,7 @@ impl LiveFrag {
                     Arc::new(Pairing {
                         weight: self.cfg.pair,
                         horizon: self.cfg.pair_horizon,
+                        matching: self.cfg.pair_matching,
                         supply: Arc::new(self.observed.hole_supply(&gpus)),
                     })
                 });
@@ -280,5 +281,34 @@ mod tests {
         assert_eq!(view["pods_seen"], 3);
         assert_eq!(view["classes"][0]["gpu_milli"], 300);
         assert_eq!(view["classes"][0]["models"], "any");
+        assert_eq!(view["pairing"]["weight"], FragScoreConfig::default().pair);
+    }
+
+    /// The pairing term comes with the model, from the same pods: off at weight 0, else
+    /// with the sharing pods seen as its demand.
+    #[test]
+    fn the_pairing_term_follows_the_pods_seen() {
+        let ledger = Ledger::new();
+        let off = FragScoreConfig {
+            pair: 0.0,
+            ..FragScoreConfig::default()
+        };
+        let mut live = LiveFrag::new(ObservedSettings::default(), off);
+        live.observe(&shape(2000));
+        assert!(live.pairing(&ledger, 1000).is_none());
+        let on = FragScoreConfig {
+            pair: 10.0,
+            pair_horizon: 2.0,
+            ..FragScoreConfig::default()
+        };
+        let mut live = LiveFrag::new(ObservedSettings::default(), on);
+        let before = live.pairing(&ledger, 1000).expect("weight 10: on");
+        assert_eq!((before.weight, before.horizon), (10.0, 2.0));
+        assert_eq!(*before.supply, Default::default());
+        live.observe(&shape(2000));
+        let after = live.pairing(&ledger, 1000 + REFRESH_SECS).expect("on");
+        // One 300-milli pod seen, horizon 2: two fillers for a lone 300 hole.
+        let holes = hami_core::frag::pairing::FreeShares::of([300]);
+        assert_eq!(after.supply.waste(&holes, after.horizon).gain(300, 0), 0.0);
     }
 }

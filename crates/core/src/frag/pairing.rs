@@ -98,6 +98,18 @@ impl FreeShares {
     }
 }
 
+/// How expected fillers are matched to holes when `waste(x)` is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Matching {
+    /// Every hole of size ≤ x shares the fillers of size ≤ x equally (the formula above).
+    #[default]
+    Pooled,
+    /// Holes in ascending size take the fillers that fit them (size ≤ the hole) before
+    /// larger holes do: `waste(x) = x · (1 − min(1, A(x) / max(1, #holes of size x)))`,
+    /// A(x) the fillers ≤ x not taken by smaller holes.
+    Greedy,
+}
+
 /// `waste(x)` for every hole size, for one cluster state.
 #[derive(Debug, Clone)]
 pub struct HoleWaste {
@@ -120,12 +132,27 @@ impl HoleSupply {
     /// `waste(x)` given the cluster's free shares and the horizon `h` (future sharing tasks
     /// per task seen so far).
     pub fn waste(&self, holes: &FreeShares, horizon: f64) -> HoleWaste {
+        self.waste_matched(holes, horizon, Matching::Pooled)
+    }
+
+    /// [`HoleSupply::waste`] with the fillers matched to holes by `matching`.
+    pub fn waste_matched(&self, holes: &FreeShares, horizon: f64, matching: Matching) -> HoleWaste {
         let mut waste = vec![0.0; SHARES];
         let (mut supply, mut competing) = (0.0, 0.0);
         for x in 1..SHARES - 1 {
             supply += self.seen[x] * horizon;
-            competing += f64::from(holes.count[x]);
-            let filled = (supply / f64::max(competing, 1.0)).min(1.0);
+            let here = f64::from(holes.count[x]);
+            let filled = match matching {
+                Matching::Pooled => {
+                    competing += here;
+                    (supply / f64::max(competing, 1.0)).min(1.0)
+                }
+                Matching::Greedy => {
+                    let filled = (supply / f64::max(here, 1.0)).min(1.0);
+                    supply = (supply - here).max(0.0);
+                    filled
+                }
+            };
             waste[x] = x as f64 * (1.0 - filled);
         }
         HoleWaste { waste }
@@ -154,6 +181,7 @@ impl HoleWaste {
 pub struct Pairing {
     pub weight: f64,
     pub horizon: f64,
+    pub matching: Matching,
     pub supply: Arc<HoleSupply>,
 }
 
@@ -162,6 +190,7 @@ impl std::fmt::Debug for Pairing {
         f.debug_struct("Pairing")
             .field("weight", &self.weight)
             .field("horizon", &self.horizon)
+            .field("matching", &self.matching)
             .finish_non_exhaustive()
     }
 }
@@ -171,7 +200,9 @@ impl Pairing {
     pub fn bonus(&self, holes: &FreeShares) -> PairingBonus {
         PairingBonus {
             weight: self.weight,
-            waste: self.supply.waste(holes, self.horizon),
+            waste: self
+                .supply
+                .waste_matched(holes, self.horizon, self.matching),
         }
     }
 }
@@ -266,12 +297,34 @@ mod tests {
         let pairing = Pairing {
             weight: 10.0,
             horizon: 4.0,
+            matching: Matching::Pooled,
             supply: Arc::new(supply),
         };
         // 2 fillers of 190 for 4 holes of 190: half of each stays idle.
         let b = pairing.bonus(&FreeShares::of([190, 190, 190, 190]));
         assert!((b.of(1000, 190) + 10.0 * 0.095).abs() < 1e-12);
         assert!((b.of(190, 0) - 10.0 * 0.095).abs() < 1e-12);
-        assert_eq!(format!("{pairing:?}"), "Pairing { weight: 10.0, horizon: 4.0, .. }");
+        assert_eq!(
+            format!("{pairing:?}"),
+            "Pairing { weight: 10.0, horizon: 4.0, matching: Pooled, .. }"
+        );
+    }
+
+    #[test]
+    fn greedy_matching_gives_small_fillers_to_small_holes_first() {
+        let mut supply = HoleSupply::default();
+        supply.observe(150);
+        supply.observe(400);
+        // Holes: two of 190, one of 500. Pooled: 2 fillers for 3 holes ≤ 500, a third of
+        // each stays idle. Greedy: the 150 filler goes to a 190 hole (half of the two
+        // stays), the 400 filler to the 500 hole (all used).
+        let holes = FreeShares::of([190, 190, 500]);
+        let pooled = supply.waste(&holes, 1.0);
+        assert!((pooled.gain(500, 0) - 0.5 / 3.0).abs() < 1e-12);
+        let greedy = supply.waste_matched(&holes, 1.0, Matching::Greedy);
+        assert!((greedy.gain(190, 0) - 0.095).abs() < 1e-12);
+        assert_eq!(greedy.gain(500, 0), 0.0);
+        // A 300 hole (none yet): the 150 filler is taken by the 190s, so it would stay idle.
+        assert!((greedy.gain(300, 0) - 0.3).abs() < 1e-12);
     }
 }

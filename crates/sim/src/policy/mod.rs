@@ -94,8 +94,7 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
         // `hami-frag:key=value,...` (and `engine-frag:...`) select a tuning variant.
         other => {
             let tuned = |spec: &str| {
-                FragScoreConfig::parse(spec)
-                    .map_err(|e| SimError::Invalid(format!("{other}: {e}")))
+                FragScoreConfig::parse(spec).map_err(|e| SimError::Invalid(format!("{other}: {e}")))
             };
             if let Some(spec) = other.strip_prefix("hami-frag:") {
                 Box::new(HamiFrag::new(init, tuned(spec)?))
