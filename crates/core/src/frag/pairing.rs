@@ -139,9 +139,11 @@ impl HoleSupply {
     pub fn waste_matched(&self, holes: &FreeShares, horizon: f64, matching: Matching) -> HoleWaste {
         let mut waste = vec![0.0; SHARES];
         let (mut supply, mut competing) = (0.0, 0.0);
-        for x in 1..SHARES - 1 {
-            supply += self.seen[x] * horizon;
-            let here = f64::from(holes.count[x]);
+        let sizes = self.seen.iter().zip(&holes.count).zip(waste.iter_mut());
+        // Hole sizes 1 ..= 999: a free (1000) or full (0) GPU wastes nothing.
+        for (x, ((seen, count), waste)) in sizes.enumerate().take(SHARES - 1).skip(1) {
+            supply += seen * horizon;
+            let here = f64::from(*count);
             let filled = match matching {
                 Matching::Pooled => {
                     competing += here;
@@ -153,7 +155,7 @@ impl HoleSupply {
                     filled
                 }
             };
-            waste[x] = x as f64 * (1.0 - filled);
+            *waste = x as f64 * (1.0 - filled);
         }
         HoleWaste { waste }
     }
