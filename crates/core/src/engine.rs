@@ -326,18 +326,11 @@ fn frag_node<'m>(plan: &'m PodPlan, node: &NodeState) -> Option<FragNode<'m>> {
         cpu_milli: plan.resources.cpu_milli,
         mem_mib: plan.resources.memory_mib(),
     };
-    let shares = node_shares(node);
+    let shares: Vec<i32> = node.free_shares().collect();
     let before = node
         .frag_cache()
         .phi(model.id(), || model.node(view, pod, &shares, None).before());
     Some(model.node(view, pod, &shares, Some(before)))
-}
-
-/// Free shares of every device of the node, in group order.
-fn node_shares(node: &NodeState) -> Vec<i32> {
-    node.groups()
-        .flat_map(|(vd, us)| vd.devices.iter().zip(us).map(|(d, u)| free_share(d, u)))
-        .collect()
 }
 
 /// The fit without building device strings; picks are left in `scratch.picks`.
