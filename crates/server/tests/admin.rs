@@ -10,7 +10,7 @@ use hami_server::admin::{
 };
 use hami_server::low_priority::this_thread_is_idle_class;
 use hami_server::test_support::{TestCa, http_request, https_request, request};
-use hami_server::{TlsConfig, handler_fn, respond};
+use hami_server::{Handler, ServeError, TlsConfig, handler_fn, respond};
 use http_body_util::BodyExt;
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
@@ -122,6 +122,36 @@ async fn metrics_gzipped_when_the_client_accepts_it() {
     task.await.unwrap().unwrap();
 }
 
+/// Serves the admin routes of `registry` and `more` over `tls`, `/metrics` connections at
+/// the lowest priority, as the scheduler does: the address, the token that stops the
+/// server, and its task.
+async fn serve_more(
+    registry: Registry,
+    more: Handler,
+    tls: TlsConfig,
+) -> (
+    std::net::SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), ServeError>>,
+) {
+    let state = AdminState {
+        readiness: Readiness::ready(),
+        registry: Arc::new(registry),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(serve_admin_with(
+        listener,
+        state,
+        Some(more),
+        tls,
+        MetricsPriority::Lowest,
+        shutdown.clone(),
+    ));
+    (addr, shutdown, task)
+}
+
 /// A service's own routes beside the admin ones, over TLS when the admin port has it.
 #[tokio::test]
 async fn more_routes_beside_the_admin_ones_over_tls() {
@@ -131,27 +161,14 @@ async fn more_routes_beside_the_admin_ones_over_tls() {
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     std::fs::write(&cert, &leaf.cert).unwrap();
     std::fs::write(&key, &leaf.key).unwrap();
-    let state = AdminState {
-        readiness: Readiness::ready(),
-        registry: Arc::new(Registry::default()),
-    };
     let more = handler_fn(|req| async move {
         match req.uri().path() {
             "/ui" => respond::text(StatusCode::OK, "dashboard"),
             other => respond::text(StatusCode::NOT_FOUND, format!("not mine: {other}")),
         }
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(serve_admin_with(
-        listener,
-        state,
-        Some(more),
-        TlsConfig::Files { cert, key },
-        MetricsPriority::Lowest,
-        shutdown.clone(),
-    ));
+    let tls = TlsConfig::Files { cert, key };
+    let (addr, shutdown, task) = serve_more(Registry::default(), more, tls).await;
     let get = |path: &'static str| {
         let ca = ca.pem();
         async move {
@@ -225,10 +242,6 @@ async fn a_scrape_is_served_at_the_lowest_priority_after_its_copy() {
     let seen = Arc::new(std::sync::Mutex::new(vec![]));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(NotesPriority(seen.clone())));
-    let state = AdminState {
-        readiness: Readiness::ready(),
-        registry: Arc::new(registry),
-    };
     let more = handler_fn(|_| async move {
         let class = if this_thread_is_idle_class() {
             "idle"
@@ -237,17 +250,7 @@ async fn a_scrape_is_served_at_the_lowest_priority_after_its_copy() {
         };
         respond::text(StatusCode::OK, class)
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(serve_admin_with(
-        listener,
-        state,
-        Some(more),
-        TlsConfig::None,
-        MetricsPriority::Lowest,
-        shutdown.clone(),
-    ));
+    let (addr, shutdown, task) = serve_more(registry, more, TlsConfig::None).await;
 
     let scrape = keep_alive_gets(addr, &["/metrics", "/where"]).await;
     assert!(scrape[0].ends_with("# EOF\n"), "{scrape:?}");
