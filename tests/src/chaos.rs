@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use hami_core::annotations as keys;
 use hami_testkit::Fault;
 use hami_testkit::fixture::GpuPod;
+use hami_testkit::kubelet::PluginCall;
 use hami_testkit::resources::{NODES, PODS};
 use hami_testkit::selectors::Selector;
 use k8s_openapi::api::core::v1::Pod;
@@ -28,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::cluster::DemoCluster;
 use crate::component::HarnessError;
-use crate::report::{allocated, container_specs, gpu_usage};
+use crate::report::{GpuReport, allocated, container_specs, gpu_usage};
 use crate::spec::{ClusterSpec, NodeSpec, Timing};
 
 /// The namespace of the chaos pods.
@@ -199,6 +200,9 @@ pub struct ChaosSummary {
     /// in the 10 s after the restart (None where the windows overlap other
     /// extender restarts or the end of submission, so they say nothing about the kill).
     pub recovery: Vec<Option<(f64, f64)>>,
+    /// How long each extender restart or kill took until the new one was ready and knew
+    /// every GPU.
+    pub extender_restarts: Vec<Duration>,
     pub wall: Duration,
     pub violations: Vec<String>,
 }
@@ -245,6 +249,12 @@ impl ChaosSummary {
             })
             .collect();
         let _ = writeln!(out, "  binds around each extender kill: {recovery:?}");
+        let restarts: Vec<String> = self
+            .extender_restarts
+            .iter()
+            .map(|d| format!("{:.1}s", d.as_secs_f64()))
+            .collect();
+        let _ = writeln!(out, "  extender restarts took: {restarts:?}");
         if self.violations.is_empty() {
             let _ = writeln!(out, "  violations: none");
         } else {
@@ -316,6 +326,8 @@ struct Tracker {
     pods: HashMap<String, (Instant, Option<Duration>)>,
     /// Bind times seen (uid → when first seen bound).
     bound_at: HashMap<String, Instant>,
+    /// Every pod's name by UID, deleted pods included (for the Allocate log).
+    names: HashMap<String, String>,
 }
 
 impl Tracker {
@@ -332,6 +344,14 @@ impl Tracker {
             {
                 *ran = Some(now.duration_since(*created));
             }
+        }
+    }
+
+    /// `name (uid)`, or the UID alone for a pod this run did not create.
+    fn describe(&self, uid: &str) -> String {
+        match self.names.get(uid) {
+            Some(name) => format!("{name} ({uid})"),
+            None => format!("? ({uid})"),
         }
     }
 
@@ -466,6 +486,7 @@ impl Run<'_> {
                 next_event += event_period;
             }
             self.revive_silenced(false).await;
+            self.extender_alive().await;
             if now >= next_check {
                 self.check_now();
                 tracing::info!(
@@ -500,6 +521,7 @@ impl Run<'_> {
         match api.create(&PostParams::default(), &object).await {
             Ok(created) => {
                 if let Some(uid) = created.metadata.uid {
+                    self.tracker.names.insert(uid.clone(), pod.name.clone());
                     self.tracker.pods.insert(uid, (Instant::now(), None));
                 }
                 self.summary.pods += 1;
@@ -577,6 +599,7 @@ impl Run<'_> {
                 let r = self.cluster.restart_extender().await;
                 self.count("extender (graceful)", r);
                 self.restarts.push((began, Instant::now()));
+                self.summary.extender_restarts.push(began.elapsed());
             }
             Event::KillExtender => {
                 let killed = Instant::now();
@@ -584,6 +607,7 @@ impl Run<'_> {
                 let r = self.cluster.start_extender().await;
                 self.count("extender (killed)", r);
                 self.kill_restarts.push((killed, Instant::now()));
+                self.summary.extender_restarts.push(killed.elapsed());
             }
             Event::RestartWebhook => {
                 let r = self.cluster.restart_webhook().await;
@@ -718,11 +742,46 @@ impl Run<'_> {
         }
     }
 
+    /// Every component running again: silenced device plugins, and any component whose
+    /// restart failed part way (a plugin that did not register in time is left running,
+    /// one that could not be started is started here).
     async fn bring_all_back(&mut self) -> Result<(), HarnessError> {
         self.revive_silenced(true).await;
+        let stopped: Vec<String> = self
+            .cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.plugin_status().is_none())
+            .map(|n| n.name().to_string())
+            .collect();
+        for node in stopped {
+            tracing::warn!(%node, "chaos: the device plugin is not running at the end; starting it");
+            if let Err(e) = self.cluster.start_device_plugin(&node).await {
+                self.summary.violations.push(format!(
+                    "starting the device plugin of {node} at the end: {e}"
+                ));
+            }
+        }
         self.cluster.start_webhook().await?;
+        self.extender_alive().await;
         self.cluster.start_extender().await?;
         Ok(())
+    }
+
+    /// An extender that ended by itself (its supervisor gave up on a task) is a violation
+    /// naming its error; it is started again, as Kubernetes restarts the container.
+    async fn extender_alive(&mut self) {
+        let Some(why) = self.cluster.extender_exited().await else {
+            return;
+        };
+        tracing::error!(error = %why, "chaos: the extender stopped by itself");
+        self.summary
+            .violations
+            .push(format!("the extender stopped by itself: {why}"));
+        let began = Instant::now();
+        let r = self.cluster.start_extender().await;
+        self.count("extender (after it stopped)", r);
+        self.restarts.push((began, Instant::now()));
     }
 
     /// Waits until every pod is Running, Failed or Pending as Unschedulable, and stays
@@ -732,6 +791,7 @@ impl Run<'_> {
         let mut calm_since: Option<Instant> = None;
         loop {
             self.check_now();
+            self.extender_alive().await;
             let unsettled: Vec<String> = self
                 .pods()
                 .iter()
@@ -794,6 +854,41 @@ impl Run<'_> {
                 self.summary.violations.push(v);
             }
         }
+        self.allocates_matched();
+    }
+
+    /// Every Allocate the device plugins answered went to the pod kubelet admitted: the
+    /// plugin picks the pod from the API server (kubelet does not name it), and its
+    /// answer's per-container directory names the pod it chose. Checked over the whole
+    /// run, deleted pods included.
+    fn allocates_matched(&mut self) {
+        for node in self.cluster.nodes() {
+            for call in node.kubelet().calls() {
+                let PluginCall::Allocate {
+                    pod_uid,
+                    container,
+                    devices,
+                    result: Ok(response),
+                    ..
+                } = call
+                else {
+                    continue;
+                };
+                let Some((uid, chosen)) =
+                    plugin_choice(response.mounts.iter().map(|m| m.host_path.as_str()))
+                else {
+                    continue;
+                };
+                if uid != pod_uid || chosen != container {
+                    self.summary.violations.push(format!(
+                        "node {}: kubelet's Allocate of {devices:?} for pod {} container {container} was answered for pod {} container {chosen}",
+                        node.name(),
+                        self.tracker.describe(&pod_uid),
+                        self.tracker.describe(&uid),
+                    ));
+                }
+            }
+        }
     }
 
     /// The extender's ledger (its metrics) equals the bound pods' annotations, GPU by GPU:
@@ -814,15 +909,41 @@ impl Run<'_> {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        let differs: Vec<String> = want
+        let ledger_pods = match self.cluster.extender_metrics().await {
+            Ok(text) => ledger_pods(&text),
+            Err(e) => {
+                tracing::warn!(error = %e, "chaos: the extender's metrics cannot be read");
+                BTreeMap::new()
+            }
+        };
+        let differing: Vec<&GpuReport> = gpus
             .iter()
-            .filter(|(u, m)| got.get(*u) != Some(m))
-            .take(10)
-            .map(|(u, m)| format!("{u}: annotations {m} MiB, ledger {:?} MiB", got.get(u)))
+            .filter(|g| got.get(&g.uuid) != Some(&g.used_mem))
             .collect();
-        self.summary.violations.push(format!(
-            "the extender's ledger differs from the bound pods' annotations after quiescence: {differs:?}"
-        ));
+        let none = Vec::new();
+        for g in differing.iter().take(20) {
+            self.summary.violations.push(format!(
+                "the extender's ledger differs from the bound pods' annotations after quiescence on {} ({}): annotations {} MiB by {:?}, ledger {:?} MiB by {:?}",
+                g.uuid,
+                g.node,
+                g.used_mem,
+                g.pods,
+                got.get(&g.uuid),
+                ledger_pods.get(&g.uuid).unwrap_or(&none),
+            ));
+        }
+        if differing.len() > 20 {
+            self.summary.violations.push(format!(
+                "... and the ledger differs on {} more GPUs",
+                differing.len() - 20
+            ));
+        }
+        let unknown: Vec<&String> = got.keys().filter(|u| !want.contains_key(*u)).collect();
+        if !unknown.is_empty() {
+            self.summary.violations.push(format!(
+                "the extender's ledger has GPUs no node registers after quiescence: {unknown:?}"
+            ));
+        }
     }
 
     /// The extender's `hami_scheduler_reservations` gauge reads 0: no pod holds GPUs
@@ -870,6 +991,7 @@ impl Run<'_> {
                 .unwrap_or_default();
             annotated.sort_unstable();
             let held = n.kubelet().container_allocation(uid, c);
+            let held = held.as_ref();
             let mut replicas: Vec<String> = held
                 .and_then(|h| h.get(resource).map(|a| a.devices.clone()))
                 .unwrap_or_default()
@@ -881,8 +1003,17 @@ impl Run<'_> {
                 .collect();
             replicas.sort_unstable();
             if replicas != annotated {
+                let answered = held
+                    .and_then(|h| h.get(resource))
+                    .and_then(|a| {
+                        plugin_choice(a.response.mounts.iter().map(|m| m.host_path.as_str()))
+                    })
+                    .map_or_else(
+                        || "nobody".to_string(),
+                        |(uid, c)| format!("pod {} container {c}", self.tracker.describe(&uid)),
+                    );
                 return Err(format!(
-                    "pod {name} container {c}: kubelet allocated GPUs {replicas:?}, the scheduler annotated {annotated:?}"
+                    "pod {name} container {c}: kubelet allocated GPUs {replicas:?}, the scheduler annotated {annotated:?}; the device plugin answered that Allocate for {answered}"
                 ));
             }
         }
@@ -1033,6 +1164,37 @@ fn unsettled(pod: &Value) -> Option<String> {
     }
 }
 
+/// The pod and container a device plugin's Allocate answer was for: the last part of
+/// its per-container directory, `<hook>/vgpu/containers/<pod UID>_<container>`
+/// (`docs/device-plugin.md`). None for an answer without one.
+fn plugin_choice<'a>(host_paths: impl IntoIterator<Item = &'a str>) -> Option<(String, String)> {
+    host_paths.into_iter().find_map(|path| {
+        let (_, dir) = path.rsplit_once("/vgpu/containers/")?;
+        let (uid, container) = dir.trim_end_matches('/').split_once('_')?;
+        Some((uid.to_string(), container.to_string()))
+    })
+}
+
+/// The pods holding each GPU according to the extender's metrics (`namespace/name`).
+fn ledger_pods(metrics: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (labels, _) in crate::usage::samples(metrics, "hami_vgpu_memory_allocated_bytes") {
+        let (Some(uuid), Some(ns), Some(pod)) = (
+            labels.get("device_uuid"),
+            labels.get("namespace"),
+            labels.get("pod"),
+        ) else {
+            continue;
+        };
+        let id = format!("{ns}/{pod}");
+        let pods = out.entry(uuid.clone()).or_default();
+        if !pods.contains(&id) {
+            pods.push(id);
+        }
+    }
+    out
+}
+
 /// MiB allocated per GPU according to the extender's metrics.
 fn ledger_mib(metrics: &str) -> BTreeMap<String, u64> {
     crate::usage::samples(metrics, "hami_gpu_memory_allocated_bytes")
@@ -1042,4 +1204,34 @@ fn ledger_mib(metrics: &str) -> BTreeMap<String, u64> {
             Some((uuid, value as u64 / (1024 * 1024)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_plugins_choice_is_read_from_the_container_directory() {
+        let paths = [
+            "/usr/local/vgpu/libvgpu.so",
+            "/tmp/hook/vgpu/containers/0b5e-41d2-9a6c_main/",
+        ];
+        assert_eq!(
+            plugin_choice(paths),
+            Some(("0b5e-41d2-9a6c".to_string(), "main".to_string()))
+        );
+        assert_eq!(plugin_choice(["/usr/local/vgpu/libvgpu.so"]), None);
+    }
+
+    #[test]
+    fn the_ledger_names_the_pods_of_each_gpu() {
+        let metrics = "\
+hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"a\",container_index=\"0\",device_uuid=\"g1\"} 1048576
+hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"a\",container_index=\"1\",device_uuid=\"g1\"} 1048576
+hami_vgpu_memory_allocated_bytes{zone=\"vGPU\",namespace=\"default\",node=\"n1\",pod=\"b\",container_index=\"0\",device_uuid=\"g2\"} 1048576
+";
+        let pods = ledger_pods(metrics);
+        assert_eq!(pods["g1"], ["default/a"]);
+        assert_eq!(pods["g2"], ["default/b"]);
+    }
 }

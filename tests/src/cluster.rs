@@ -14,7 +14,7 @@ use kube::{Client, Config};
 use serde_json::Value;
 
 use crate::component::HarnessError;
-use crate::extender::{ExtenderSetup, RunningExtender, scheduler_config};
+use crate::extender::{ExtenderSetup, RunningExtender, scheduler_config, wait_ready};
 use crate::node::EmulatedNode;
 use crate::spec::ClusterSpec;
 use crate::webhook::{self, RunningWebhook, WebhookSetup};
@@ -207,7 +207,7 @@ impl DemoCluster {
         cluster.wait_nodes_allocatable().await?;
         let ext = cluster
             .extender_setup
-            .start_at(cluster.api_config()?, Some(ext_listener))
+            .start(cluster.api_config()?, Some(ext_listener))
             .await?;
         cluster.extender = Some(ext);
         cluster.wait_extender_knows_gpus().await?;
@@ -431,9 +431,11 @@ impl DemoCluster {
         Ok(())
     }
 
+    /// Stops the webhook and starts it again, even when it had to be aborted.
     pub async fn restart_webhook(&mut self) -> Result<(), HarnessError> {
-        self.stop_webhook().await?;
-        self.start_webhook().await
+        let stopped = self.stop_webhook().await;
+        let started = self.start_webhook().await;
+        stopped.and(started)
     }
 
     /// Stops the extender: kube-scheduler's calls fail (`SchedulerError`) and pods wait.
@@ -446,18 +448,47 @@ impl DemoCluster {
 
     /// Starts a fresh extender on the same address; it rebuilds its ledger from the
     /// pods' annotations and is ready once its caches synced.
+    /// One that stopped on its own (its supervisor gave up) is started afresh, as
+    /// Kubernetes restarts the container; one slow to become ready is kept running (as a
+    /// starting process is) and the delay answered as an error.
     pub async fn start_extender(&mut self) -> Result<(), HarnessError> {
-        if self.extender.is_none() {
-            let config = self.api_config()?;
-            self.extender = Some(self.extender_setup.start_at(config, None).await?);
-            self.wait_extender_knows_gpus().await?;
+        if self
+            .extender
+            .as_ref()
+            .is_some_and(|e| !e.running.is_finished())
+        {
+            return Ok(());
         }
-        Ok(())
+        // One that ended by itself goes first: it may still hold the address.
+        self.extender = None;
+        let config = self.api_config()?;
+        let ext = self.extender_setup.spawn(config, None).await?;
+        let ready = wait_ready(&ext).await;
+        self.extender = Some(ext);
+        ready?;
+        self.wait_extender_knows_gpus().await
     }
 
+    /// Whether the extender was started and ended without being stopped (its supervisor
+    /// gave up on a task, or it failed): the error it ended with. The harness's
+    /// [`DemoCluster::start_extender`] replaces it.
+    pub async fn extender_exited(&mut self) -> Option<String> {
+        if !self.extender.as_ref()?.running.is_finished() {
+            return None;
+        }
+        let ext = self.extender.take()?;
+        Some(match ext.running.stop().await {
+            Ok(()) => "it ended without an error".to_string(),
+            Err(e) => e.to_string(),
+        })
+    }
+
+    /// Stops the extender and starts a fresh one; the fresh one is started even when the
+    /// old one had to be aborted (the first error is answered).
     pub async fn restart_extender(&mut self) -> Result<(), HarnessError> {
-        self.stop_extender().await?;
-        self.start_extender().await
+        let stopped = self.stop_extender().await;
+        let started = self.start_extender().await;
+        stopped.and(started)
     }
 
     /// Kills the extender the way `kill -9` does: no graceful shutdown, whatever it was
@@ -498,9 +529,11 @@ impl DemoCluster {
         self.node_mut(node)?.start_plugin(&client).await
     }
 
+    /// Stops a node's device plugin and starts it again, even when it had to be aborted.
     pub async fn restart_device_plugin(&mut self, node: &str) -> Result<(), HarnessError> {
-        self.stop_device_plugin(node).await?;
-        self.start_device_plugin(node).await
+        let stopped = self.stop_device_plugin(node).await;
+        let started = self.start_device_plugin(node).await;
+        stopped.and(started)
     }
 
     /// Restarts a node's kubelet emulator (it keeps its checkpoint) and waits until the

@@ -68,29 +68,22 @@ impl ExtenderSetup {
         ))
     }
 
-    /// Starts with empty memory (it rebuilds its ledger from the pods' annotations).
+    /// Starts with empty memory (it rebuilds its ledger from the pods' annotations) and
+    /// waits until it is ready.
     pub async fn start(
         &self,
-        client: kube::Client,
+        api: impl Into<Connect>,
         listener: Option<TcpListener>,
     ) -> Result<RunningExtender, HarnessError> {
-        self.start_with(Connect::Client(client), listener).await
+        let ext = self.spawn(api, listener).await?;
+        wait_ready(&ext).await?;
+        Ok(ext)
     }
 
-    /// [`ExtenderSetup::start`] against the API server of `config`, as the binary runs:
-    /// /bind makes its own client on the HTTP thread.
-    pub async fn start_at(
+    /// Starts with empty memory, without waiting for it to be ready.
+    pub async fn spawn(
         &self,
-        config: kube::Config,
-        listener: Option<TcpListener>,
-    ) -> Result<RunningExtender, HarnessError> {
-        self.start_with(Connect::Config(Box::new(config)), listener)
-            .await
-    }
-
-    async fn start_with(
-        &self,
-        connect: Connect,
+        api: impl Into<Connect>,
         listener: Option<TcpListener>,
     ) -> Result<RunningExtender, HarnessError> {
         let listener = match listener {
@@ -122,7 +115,7 @@ impl ExtenderSetup {
             restart: RestartPolicy::default(),
         };
         let stop = CancellationToken::new();
-        let running = match connect {
+        let running = match api.into() {
             Connect::Client(client) => Running::spawn(
                 "hami-scheduler",
                 stop.clone(),
@@ -134,16 +127,27 @@ impl ExtenderSetup {
                 serve_service_at(svc, *config, stop),
             ),
         };
-        let ext = RunningExtender { running, admin };
-        wait_ready(&ext).await?;
-        Ok(ext)
+        Ok(RunningExtender { running, admin })
     }
 }
 
-/// How the extender reaches the API server.
-enum Connect {
+/// How the extender reaches the API server: a client, or the config of one, from which
+/// /bind makes its own client on the HTTP thread as the binary does.
+pub enum Connect {
     Client(kube::Client),
     Config(Box<kube::Config>),
+}
+
+impl From<kube::Client> for Connect {
+    fn from(client: kube::Client) -> Self {
+        Connect::Client(client)
+    }
+}
+
+impl From<kube::Config> for Connect {
+    fn from(config: kube::Config) -> Self {
+        Connect::Config(Box::new(config))
+    }
 }
 
 /// The real extender alone over an API server, without kube-scheduler, nodes or device
@@ -172,7 +176,7 @@ impl StandaloneExtender {
 }
 
 /// Waits for /readyz (node, pod and resourcequota caches synced).
-async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
+pub(crate) async fn wait_ready(ext: &RunningExtender) -> Result<(), HarnessError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Ok((200, _)) = crate::http::get(ext.admin, "/readyz").await {

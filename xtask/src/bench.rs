@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: the real `hami-scheduler` binary against the API server emulator
 //! with its caches pre-filled, `/filter` timed over loopback HTTP the way kube-scheduler
 //! calls it (one keep-alive connection, one pod at a time, every node a candidate). The
-//! `-scraped` scenario times /filter alone and while `/metrics` is scraped in a loop, in
-//! alternating blocks, and reports the p99 difference (`docs/extender.md#measured`).
+//! `-scraped` scenario times /filter alone, while `/metrics` is scraped in a loop, and
+//! while it is scraped at a fixed interval (as Prometheus does), in alternating blocks, and
+//! reports the p99 differences (`docs/extender.md#measured`).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -133,6 +134,10 @@ pub struct BenchArgs {
     pub requests: usize,
     pub warmup: usize,
     pub binary: PathBuf,
+    /// `-scraped`: the time from one scrape's start to the next in the interval blocks.
+    pub scrape_interval: Duration,
+    /// `-scraped`: timed /filter calls in the interval blocks, all blocks together.
+    pub interval_requests: usize,
 }
 
 pub(crate) fn free_port() -> anyhow::Result<u16> {
@@ -295,31 +300,64 @@ async fn time_filters(
     bodies: Vec<Bytes>,
     warmup: usize,
 ) -> anyhow::Result<Vec<Duration>> {
+    let mut latencies: Vec<Duration> = filter_windows(port, bodies, warmup)
+        .await?
+        .into_iter()
+        .map(|w| w.took)
+        .collect();
+    latencies.sort();
+    Ok(latencies)
+}
+
+/// When a call (a /filter, a scrape) started and how long it took.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: Instant,
+    took: Duration,
+}
+
+impl Window {
+    fn end(&self) -> Instant {
+        self.start + self.took
+    }
+
+    /// Whether the two calls ran at the same time, even for a moment.
+    fn overlaps(&self, other: &Window) -> bool {
+        self.start < other.end() && other.start < self.end()
+    }
+}
+
+/// Sends each body to /filter over one keep-alive connection; the calls after `warmup`,
+/// in order.
+async fn filter_windows(
+    port: u16,
+    bodies: Vec<Bytes>,
+    warmup: usize,
+) -> anyhow::Result<Vec<Window>> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await?;
     stream.set_nodelay(true)?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
-    let mut latencies = Vec::with_capacity(bodies.len());
+    let mut windows = Vec::with_capacity(bodies.len());
     for (i, body) in bodies.into_iter().enumerate() {
         let req = Request::post("/filter")
             .header(hyper::header::HOST, "localhost")
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))?;
         sender.ready().await?;
-        let t = Instant::now();
+        let start = Instant::now();
         let resp = sender.send_request(req).await?;
         let bytes = resp.into_body().collect().await?.to_bytes();
-        let elapsed = t.elapsed();
+        let took = start.elapsed();
         let answer: Value = serde_json::from_slice(&bytes)?;
         if answer["Error"] != "" || answer["NodeNames"].as_array().is_none_or(|a| a.len() != 1) {
             bail!("unexpected /filter answer: {answer}");
         }
         if i >= warmup {
-            latencies.push(elapsed);
+            windows.push(Window { start, took });
         }
     }
-    latencies.sort();
-    Ok(latencies)
+    Ok(windows)
 }
 
 /// Asks the benchmarked binary to shut down (SIGTERM, as kubelet does), killing it if it
@@ -340,8 +378,8 @@ pub(crate) async fn stop(child: &mut tokio::process::Child, pid: u32) {
 /// What a scrape loop saw.
 #[derive(Debug, Default)]
 struct Scrapes {
-    /// Each scrape's duration.
-    took: Vec<Duration>,
+    /// Each scrape, in order.
+    windows: Vec<Window>,
     /// Size of the last page as sent (gzipped).
     bytes: usize,
     /// CPU time of the loop's thread: the client's share of the scrapes (the kernel's
@@ -349,20 +387,45 @@ struct Scrapes {
     client_cpu_secs: f64,
 }
 
-/// GETs /metrics on `port` in a loop (one keep-alive connection) until `stop`, asking
+/// How a scrape loop paces its scrapes.
+#[derive(Debug, Clone, Copy)]
+enum Pace {
+    /// The next scrape as soon as the last one is read.
+    BackToBack,
+    /// One scrape every this long (start to start; at once when a scrape took longer),
+    /// the first after half of it, as a Prometheus server scrapes.
+    Every(Duration),
+}
+
+/// GETs /metrics on `port` (one keep-alive connection) at `pace` until `stop`, asking
 /// for gzip as Prometheus does.
-async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<Scrapes> {
+async fn scrape_loop(port: u16, pace: Pace, stop: Arc<AtomicBool>) -> anyhow::Result<Scrapes> {
     let cpu_before = thread_cpu_secs()?;
     let stream = TcpStream::connect(("127.0.0.1", port)).await?;
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(conn);
     let mut seen = Scrapes::default();
-    while !stop.load(Ordering::Acquire) {
+    let mut next = match pace {
+        Pace::BackToBack => Instant::now(),
+        Pace::Every(interval) => Instant::now() + interval / 2,
+    };
+    loop {
+        // Short sleeps, so a stop is seen soon after it is asked for.
+        while !stop.load(Ordering::Acquire) && Instant::now() < next {
+            let left = next.saturating_duration_since(Instant::now());
+            tokio::time::sleep(left.min(Duration::from_millis(10))).await;
+        }
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        if let Pace::Every(interval) = pace {
+            next += interval;
+        }
         let req = Request::get("/metrics")
             .header(hyper::header::HOST, "localhost")
             .header(hyper::header::ACCEPT_ENCODING, "gzip")
             .body(Full::new(Bytes::new()))?;
-        let t = Instant::now();
+        let start = Instant::now();
         sender.ready().await?;
         let mut body = sender.send_request(req).await?.into_body();
         // Counted and dropped as it arrives, not decoded: a Prometheus server decodes and
@@ -373,10 +436,12 @@ async fn scrape_loop(port: u16, stop: Arc<AtomicBool>) -> anyhow::Result<Scrapes
         while let Some(frame) = body.frame().await {
             len += frame?.data_ref().map_or(0, Bytes::len);
         }
-        seen.took.push(t.elapsed());
+        seen.windows.push(Window {
+            start,
+            took: start.elapsed(),
+        });
         seen.bytes = len;
     }
-    seen.took.sort();
     seen.client_cpu_secs = thread_cpu_secs()? - cpu_before;
     Ok(seen)
 }
@@ -432,69 +497,137 @@ async fn check_page(port: u16) -> anyhow::Result<(usize, bool)> {
     bail!("{last}")
 }
 
-/// Blocks of timed /filter calls, alone and with /metrics scraped in a loop, in turn.
+/// Rounds of blocks of timed /filter calls: alone, with /metrics scraped back to back,
+/// with /metrics scraped at a fixed interval.
 const SCRAPED_ROUNDS: usize = 4;
 
-/// /filter timed alone and while /metrics is scraped, in [`SCRAPED_ROUNDS`] alternating
-/// blocks after `warmup` untimed calls, so a change in the machine's load during the
-/// run weighs on both alike.
+/// /filter timed alone, while /metrics is scraped back to back and while it is scraped
+/// every `interval`, in [`SCRAPED_ROUNDS`] rounds of one block each after `warmup`
+/// untimed calls, so a change in the machine's load during the run weighs on all alike.
+/// `bodies` holds the warm-up calls, then `2 × requests` for the blocks alone and back to
+/// back, then the interval blocks' calls.
 async fn alone_and_scraped(
-    http: u16,
-    admin: u16,
+    ports: (u16, u16),
     pid: u32,
     mut bodies: Vec<Bytes>,
-    warmup: usize,
+    (warmup, requests): (usize, usize),
+    interval: Duration,
 ) -> anyhow::Result<(Vec<Duration>, ScrapedRun)> {
-    let timed = bodies.split_off(warmup.min(bodies.len()));
+    let (http, admin) = ports;
+    let mut timed = bodies.split_off(warmup.min(bodies.len()));
+    let paced = timed.split_off((2 * requests).min(timed.len()));
     on_own_thread(move || time_filters(http, bodies, warmup)).await?;
     let block = timed.len().div_ceil(2 * SCRAPED_ROUNDS).max(1);
+    let paced_block = paced.len().div_ceil(SCRAPED_ROUNDS).max(1);
+    let (mut blocks, mut paced_blocks) = (timed.chunks(block), paced.chunks(paced_block));
     let mut alone = vec![];
     let mut run = ScrapedRun::default();
-    // The extender's CPU time in the blocks alone and in the blocks scraped: the same
-    // number of filters each, so the difference is what the scrapes cost it.
-    let mut extender_cpu = [0.0; 2];
-    for (i, chunk) in timed.chunks(block).enumerate() {
-        let chunk = chunk.to_vec();
-        let cpu_before = cpu_secs(pid)?;
-        if i % 2 == 0 {
+    // The extender's CPU time and /filter calls: alone, back to back, at an interval.
+    let mut cpu = [(0.0, 0); 3];
+    for _ in 0..SCRAPED_ROUNDS {
+        if let Some(chunk) = blocks.next() {
+            let chunk = chunk.to_vec();
+            let cpu_before = cpu_secs(pid)?;
             alone.extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
-            extender_cpu[0] += cpu_secs(pid)? - cpu_before;
-            continue;
+            cpu[0].0 += cpu_secs(pid)? - cpu_before;
         }
-        let stop_scraping = Arc::new(AtomicBool::new(false));
-        let flag = stop_scraping.clone();
-        let scraper = tokio::spawn(on_own_thread(move || scrape_loop(admin, flag)));
-        // Let the first scrape start before the timed calls.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        run.with
-            .extend(on_own_thread(move || time_filters(http, chunk, 0)).await?);
-        stop_scraping.store(true, Ordering::Release);
-        let seen = scraper.await??;
-        extender_cpu[1] += cpu_secs(pid)? - cpu_before;
-        run.scrapes.extend(seen.took);
-        run.page_bytes = seen.bytes;
-        run.client_cpu_secs += seen.client_cpu_secs;
+        for (mode, chunk) in [
+            (Pace::BackToBack, blocks.next()),
+            (Pace::Every(interval), paced_blocks.next()),
+        ] {
+            let Some(chunk) = chunk else { continue };
+            let chunk = chunk.to_vec();
+            let cpu_before = cpu_secs(pid)?;
+            let stop_scraping = Arc::new(AtomicBool::new(false));
+            let flag = stop_scraping.clone();
+            let scraper = tokio::spawn(on_own_thread(move || scrape_loop(admin, mode, flag)));
+            if let Pace::BackToBack = mode {
+                // Let the first scrape start before the timed calls.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let filters = on_own_thread(move || filter_windows(http, chunk, 0)).await?;
+            stop_scraping.store(true, Ordering::Release);
+            let seen = scraper.await??;
+            let extender_cpu = cpu_secs(pid)? - cpu_before;
+            let half = match mode {
+                Pace::BackToBack => {
+                    cpu[1].0 += extender_cpu;
+                    cpu[1].1 += filters.len();
+                    &mut run.back_to_back
+                }
+                Pace::Every(_) => {
+                    cpu[2].0 += extender_cpu;
+                    cpu[2].1 += filters.len();
+                    &mut run.paced
+                }
+            };
+            half.add(&filters, &seen);
+            run.page_bytes = seen.bytes;
+        }
     }
-    run.extender_cpu_secs = extender_cpu[1] - extender_cpu[0];
+    // What the filters cost alone, taken from each scraped half's CPU: the rest is what
+    // its scrapes cost the extender.
+    let per_filter = cpu[0].0 / alone.len().max(1) as f64;
+    run.back_to_back.extender_cpu_secs = cpu[1].0 - per_filter * cpu[1].1 as f64;
+    run.paced.extender_cpu_secs = cpu[2].0 - per_filter * cpu[2].1 as f64;
     alone.sort();
-    run.with.sort();
-    run.scrapes.sort();
+    run.back_to_back.finish();
+    run.paced.finish();
     Ok((alone, run))
 }
 
-/// The scraped half of a `-scraped` run.
+/// The scraped blocks of one pace.
 #[derive(Debug, Default)]
-struct ScrapedRun {
-    /// /filter latencies while scraped, sorted.
-    with: Vec<Duration>,
+struct ScrapedHalf {
+    /// Every /filter latency in these blocks, sorted.
+    all: Vec<Duration>,
+    /// Those of the calls that ran while a scrape did (even for a moment), sorted.
+    overlapping: Vec<Duration>,
+    /// Those of the calls no scrape overlapped, sorted.
+    between: Vec<Duration>,
     /// Scrape durations, sorted.
     scrapes: Vec<Duration>,
-    /// Size of the last page as sent.
-    page_bytes: usize,
-    /// The scrapes' CPU time in the extender (scraped blocks less blocks alone).
+    /// The scrapes' CPU time in the extender (less what the filters cost alone).
     extender_cpu_secs: f64,
     /// The scrape client's CPU time.
     client_cpu_secs: f64,
+}
+
+impl ScrapedHalf {
+    fn add(&mut self, filters: &[Window], seen: &Scrapes) {
+        for f in filters {
+            self.all.push(f.took);
+            if seen.windows.iter().any(|s| s.overlaps(f)) {
+                self.overlapping.push(f.took);
+            } else {
+                self.between.push(f.took);
+            }
+        }
+        self.scrapes.extend(seen.windows.iter().map(|w| w.took));
+        self.client_cpu_secs += seen.client_cpu_secs;
+    }
+
+    fn finish(&mut self) {
+        self.all.sort();
+        self.overlapping.sort();
+        self.between.sort();
+        self.scrapes.sort();
+    }
+
+    /// Per scrape, in ms, to a tenth.
+    fn per_scrape_ms(&self, secs: f64) -> f64 {
+        (secs / self.scrapes.len().max(1) as f64 * 1e4).round() / 10.0
+    }
+}
+
+/// The scraped blocks of a `-scraped` run.
+#[derive(Debug, Default)]
+struct ScrapedRun {
+    back_to_back: ScrapedHalf,
+    /// Scraped at a fixed interval.
+    paced: ScrapedHalf,
+    /// Size of the last page as sent.
+    page_bytes: usize,
 }
 
 /// Runs `f` on a thread and runtime of its own, so its timing does not share a runtime
@@ -688,7 +821,9 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         return crate::bench_cycle::run(s, args).await;
     }
     let phases = if s.scraped { 2 } else { 1 };
-    let run = start(s, args, 0, args.warmup + args.requests * phases).await?;
+    let paced = if s.scraped { args.interval_requests } else { 0 };
+    let calls = args.warmup + args.requests * phases + paced;
+    let run = start(s, args, 0, calls).await?;
     let (http, admin, pid) = (run.http, run.admin, run.pid);
     let pending = &run.pending;
 
@@ -701,7 +836,9 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     let healthz = on_own_thread(move || time_gets(http, "/healthz", HEALTHZ_CALLS)).await?;
     let cpu_before = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
     let (latencies, scraped) = if s.scraped {
-        let (alone, with) = alone_and_scraped(http, admin, pid, bodies, warmup).await?;
+        let counts = (warmup, args.requests);
+        let interval = args.scrape_interval;
+        let (alone, with) = alone_and_scraped((http, admin), pid, bodies, counts, interval).await?;
         (alone, Some(with))
     } else {
         (
@@ -713,8 +850,7 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     // CPU per /filter call (timed and warm-up alike), background writes and watch
     // events included: the extender's, and the harness's (emulator and client); with
     // `-scraped`, the scrapes' CPU too.
-    let per_call =
-        |i: usize| (cpu_after[i] - cpu_before[i]) / (warmup + args.requests * phases) as f64 * 1e6;
+    let per_call = |i: usize| (cpu_after[i] - cpu_before[i]) / calls as f64 * 1e6;
     let [rss, hwm, rss_anon] = status_mib(pid, ["VmRSS:", "VmHWM:", "RssAnon:"])?;
     // The allocator gives freed memory back to the system only after a delay (mimalloc:
     // 1 s) and on its next call: the same process a moment later, idle but for its
@@ -735,21 +871,39 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         latencies.iter().map(Duration::as_secs_f64).sum::<f64>() / latencies.len().max(1) as f64;
     let scrape_report = scraped.map(|run| {
         let p99 = percentile(&latencies, 0.99);
-        let p99_scraped = percentile(&run.with, 0.99);
-        let per_scrape_ms = |secs: f64| (secs / run.scrapes.len().max(1) as f64 * 1e4).round() / 10.0;
+        let us = |sorted: &[Duration], p: f64| percentile(sorted, p).round();
+        let max_us = |sorted: &[Duration]| {
+            sorted
+                .last()
+                .map_or(0.0, |d| (d.as_secs_f64() * 1e6).round())
+        };
+        let ms = |sorted: &[Duration], p: f64| (percentile(sorted, p) / 100.0).round() / 10.0;
+        let (b2b, paced) = (&run.back_to_back, &run.paced);
         json!({
-            "filter_p50_scraped_us": percentile(&run.with, 0.50).round(),
-            "filter_p99_scraped_us": p99_scraped.round(),
-            "filter_max_scraped_us": run.with.last().map_or(0.0, |d| (d.as_secs_f64() * 1e6).round()),
-            "filter_p99_delta_us": (p99_scraped - p99).round(),
-            "scrapes": run.scrapes.len(),
-            "scrape_p50_ms": (percentile(&run.scrapes, 0.50) / 100.0).round() / 10.0,
-            "scrape_max_ms": (percentile(&run.scrapes, 1.0) / 100.0).round() / 10.0,
+            "filter_p50_scraped_us": us(&b2b.all, 0.50),
+            "filter_p99_scraped_us": us(&b2b.all, 0.99),
+            "filter_max_scraped_us": max_us(&b2b.all),
+            "filter_p99_delta_us": (percentile(&b2b.all, 0.99) - p99).round(),
+            "scrapes": b2b.scrapes.len(),
+            "scrape_p50_ms": ms(&b2b.scrapes, 0.50),
+            "scrape_max_ms": ms(&b2b.scrapes, 1.0),
             "scrape_bytes": run.page_bytes,
             "scrape_plain_bytes": checked_page.map(|(len, _)| len),
             "scrape_gzip_checked": checked_page.is_some_and(|(_, gzip)| gzip),
-            "scrape_extender_cpu_ms": per_scrape_ms(run.extender_cpu_secs),
-            "scrape_client_cpu_ms": per_scrape_ms(run.client_cpu_secs),
+            "scrape_extender_cpu_ms": b2b.per_scrape_ms(b2b.extender_cpu_secs),
+            "scrape_client_cpu_ms": b2b.per_scrape_ms(b2b.client_cpu_secs),
+            "interval_ms": args.scrape_interval.as_millis() as u64,
+            "interval_scrapes": paced.scrapes.len(),
+            "interval_scrape_p50_ms": ms(&paced.scrapes, 0.50),
+            "interval_scrape_max_ms": ms(&paced.scrapes, 1.0),
+            "interval_scrape_extender_cpu_ms": paced.per_scrape_ms(paced.extender_cpu_secs),
+            "filter_overlapping": paced.overlapping.len(),
+            "filter_p50_overlapping_us": us(&paced.overlapping, 0.50),
+            "filter_p99_overlapping_us": us(&paced.overlapping, 0.99),
+            "filter_max_overlapping_us": max_us(&paced.overlapping),
+            "filter_between": paced.between.len(),
+            "filter_p99_between_us": us(&paced.between, 0.99),
+            "filter_p99_overlap_delta_us": (percentile(&paced.overlapping, 0.99) - p99).round(),
         })
     });
     let mut line = result_line(

@@ -100,7 +100,9 @@ enum Task {
     /// emulator with pre-filled caches. Prints one JSON object per scenario:
     /// scenario, nodes, gpus_per_node, pods, filter_p50_us, filter_p99_us, rss_mib, ...;
     /// the -scraped scenario also times /filter while /metrics is scraped in a loop
-    /// (filter_p99_scraped_us, filter_p99_delta_us, scrapes, scrape_p50_ms, scrape_bytes).
+    /// (filter_p99_scraped_us, filter_p99_delta_us, scrapes, scrape_p50_ms, scrape_bytes)
+    /// and while it is scraped at a fixed interval (filter_p99_overlapping_us: the calls
+    /// that ran while a scrape did; filter_p99_overlap_delta_us).
     Bench {
         /// Scenarios to run (50x8-1k, 100x16-5k, 5000x8-50k, 5000x8-50k-scraped with /metrics
         /// scraped in a loop, 100x16-5k-frag, 5000x8-50k-frag with node and GPU policy
@@ -117,6 +119,13 @@ enum Task {
         /// Use this hami-scheduler binary instead of building it in release mode.
         #[arg(long)]
         binary: Option<PathBuf>,
+        /// -scraped: milliseconds from one scrape's start to the next in the interval
+        /// blocks (Prometheus's scrape_interval).
+        #[arg(long, default_value_t = 1_000)]
+        scrape_interval_ms: u64,
+        /// -scraped: timed /filter calls in the interval blocks, all together.
+        #[arg(long, default_value_t = 12_000)]
+        interval_requests: usize,
     },
     /// Rerun the simulator over every openb variant and seed and rewrite the result
     /// tables of docs/simulator.md (between its `sim-tables` markers) and
@@ -233,6 +242,8 @@ async fn main() -> anyhow::Result<()> {
             requests,
             warmup,
             binary,
+            scrape_interval_ms,
+            interval_requests,
         } => {
             let binary = match binary {
                 Some(b) => b,
@@ -242,6 +253,8 @@ async fn main() -> anyhow::Result<()> {
                 requests,
                 warmup,
                 binary,
+                scrape_interval: std::time::Duration::from_millis(scrape_interval_ms),
+                interval_requests,
             };
             let selected: Vec<_> = bench::SCENARIOS
                 .iter()

@@ -14,7 +14,7 @@ use hami_core::vendor::VendorRegistry;
 use hami_k8s::events::Recorder;
 use hami_k8s::lock::{LocalBinds, PEER_BIND_GRACE};
 use hami_k8s::quotas::QuotaCache;
-use hami_server::admin::{AdminState, Readiness};
+use hami_server::admin::{AdminState, MetricsPriority, Readiness};
 use hami_server::device_config::load_device_config;
 use hami_server::listener::{Relistener, TakeOverError};
 use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, panic_text, supervise_admin_with};
@@ -289,6 +289,9 @@ async fn serve_connected(
         admin,
         Some(admin_routes),
         svc.admin_tls,
+        // A scrape of a large cluster's page must not take CPU from /filter
+        // (`docs/extender.md#metrics`).
+        MetricsPriority::Lowest,
     );
     let listener = Relistener::new(svc.listener)?;
     let (tls, own_thread) = (svc.tls, svc.dedicated_http_thread);

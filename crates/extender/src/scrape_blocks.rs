@@ -21,12 +21,12 @@ use prometheus_client::registry::Registry;
 use rustc_hash::FxHashMap;
 
 use crate::metrics::{NODE_TOTAL_FAMILIES, QuotaRow, Sections, encode_sections};
-use crate::scrape_view::{NodeCopy, PodCopy, PodKey, ScrapeView, starts_piece};
+use crate::scrape_view::{NodeCopy, PodCopy, PodKey, ScrapeView};
 
 /// Nodes per piece, on average (a node is 8 rows in each of 7 families, plus 4 totals).
-const NODES_PER_PIECE: u64 = 16;
+pub(crate) const NODES_PER_PIECE: u64 = 16;
 /// Pods per piece, on average (a pod is a row per device in each of 2 families).
-const PODS_PER_PIECE: u64 = 256;
+pub(crate) const PODS_PER_PIECE: u64 = 256;
 /// Scrapes after which the pieces of an encoding no scrape asked for are dropped (a plain
 /// page of 5,000 nodes is 76 MB; Prometheus asks for gzip).
 const KEEP_UNASKED: u64 = 4;
@@ -108,8 +108,7 @@ impl ScrapeBlocks {
         let nodes = pieces(
             &mut self.nodes,
             view.nodes(),
-            NODES_PER_PIECE,
-            |n| n.version,
+            |n| (n.starts_piece, n.version),
             encoding,
             |nodes| render(Job::Nodes(nodes), legacy),
             &mut stats,
@@ -117,8 +116,7 @@ impl ScrapeBlocks {
         let pods = pieces(
             &mut self.pods,
             view.pods(),
-            PODS_PER_PIECE,
-            |p| p.version,
+            |p| (p.starts_piece, p.version),
             encoding,
             |pods| render(Job::Pods(pods), legacy),
             &mut stats,
@@ -184,14 +182,14 @@ fn headers(encoding: PageEncoding, legacy: bool) -> io::Result<Headers> {
     })
 }
 
-/// Cuts `items` (in page order) into pieces and returns each piece's text per family in
-/// `encoding`: from `cache` where the piece's versions are unchanged, else formatted by
-/// `format` (and cached). Pieces no longer on the page leave the cache.
+/// Cuts `items` (in page order) into pieces, each starting at an item `start_version`
+/// says starts one, and returns each piece's text per family in `encoding`: from `cache`
+/// where the piece's versions are unchanged, else formatted by `format` (and cached).
+/// Pieces no longer on the page leave the cache.
 fn pieces<'v, K, V>(
     cache: &mut FxHashMap<K, Piece>,
     items: impl Iterator<Item = (&'v K, &'v Arc<V>)>,
-    per_piece: u64,
-    version: impl Fn(&V) -> u64,
+    start_version: impl Fn(&V) -> (bool, u64),
     encoding: PageEncoding,
     format: impl Fn(Vec<Arc<V>>) -> io::Result<Vec<String>>,
     stats: &mut Stats,
@@ -206,7 +204,7 @@ where
         let Some((first, _)) = run.first() else {
             return Ok(());
         };
-        let versions: Vec<u64> = run.iter().map(|(_, v)| version(v)).collect();
+        let versions: Vec<u64> = run.iter().map(|(_, v)| start_version(v).1).collect();
         let mut piece = old
             .remove(*first)
             .filter(|p| p.versions == versions)
@@ -235,7 +233,7 @@ where
     };
     let mut run = Vec::new();
     for (key, item) in items {
-        if !run.is_empty() && starts_piece(key, per_piece) {
+        if !run.is_empty() && start_version(item).0 {
             finish(&mut run)?;
         }
         run.push((key, item));

@@ -19,6 +19,7 @@ use hami_core::ledger::{Ledger, NodeInventory, NodeState, PodRecord};
 use hami_core::score::Usage;
 use rustc_hash::FxHashMap;
 
+use crate::scrape_blocks::{NODES_PER_PIECE, PODS_PER_PIECE};
 use crate::state::SchedState;
 
 /// A node as the view keeps it: its (shared) inventory and a copy of its usage.
@@ -31,6 +32,9 @@ pub(crate) struct NodeCopy {
     pub cores_in_percent: Vec<bool>,
     /// Unique to this copy: a new number whenever the node is copied again.
     pub version: u64,
+    /// Whether the node starts a piece of the page ([`starts_piece`]), worked out once
+    /// per copy instead of on every scrape.
+    pub starts_piece: bool,
 }
 
 /// A pod as the view keeps it: names (shared with the ledger) and what it holds.
@@ -43,6 +47,8 @@ pub(crate) struct PodCopy {
     pub charges: Box<[(Arc<str>, u64, u64)]>,
     /// Unique to this copy: a new number whenever the pod is copied again.
     pub version: u64,
+    /// Whether the pod starts a piece of the page ([`starts_piece`]).
+    pub starts_piece: bool,
 }
 
 /// A pod's place on the page: namespace, name, then UID (two pods of one name: a
@@ -132,7 +138,8 @@ impl ScrapeView {
             .map(|rec| {
                 let key = pod_key(rec);
                 self.pod_keys.insert(rec.uid.clone(), key.clone());
-                (key, Arc::new(pod_copy(rec, self.version())))
+                let copy = pod_copy(&key, rec, self.version());
+                (key, Arc::new(copy))
             })
             .collect();
         self.pods = pods.into_iter().collect();
@@ -174,7 +181,7 @@ impl ScrapeView {
         if let Some(rec) = ledger.pod(uid) {
             let key = pod_key(rec);
             self.pod_keys.insert(uid.clone(), key.clone());
-            let copy = pod_copy(rec, self.version());
+            let copy = pod_copy(&key, rec, self.version());
             self.pods.insert(key, Arc::new(copy));
         }
     }
@@ -217,7 +224,6 @@ pub(crate) fn starts_piece<K: Hash + ?Sized>(key: &K, per_piece: u64) -> bool {
 
 fn node_copy(st: &SchedState, name: Arc<str>, node: &NodeState, version: u64) -> NodeCopy {
     NodeCopy {
-        name,
         inventory: node.shared_inventory().clone(),
         usage: node.groups().map(|(_, u)| u.to_vec()).collect(),
         cores_in_percent: node
@@ -228,6 +234,8 @@ fn node_copy(st: &SchedState, name: Arc<str>, node: &NodeState, version: u64) ->
                     .is_none_or(|v| v.cores_in_percent())
             })
             .collect(),
+        starts_piece: starts_piece(&*name, NODES_PER_PIECE),
+        name,
         version,
     }
 }
@@ -236,7 +244,7 @@ fn pod_key(rec: &PodRecord) -> PodKey {
     (rec.namespace.clone(), rec.name.clone(), rec.uid.clone())
 }
 
-fn pod_copy(rec: &PodRecord, version: u64) -> PodCopy {
+fn pod_copy(key: &PodKey, rec: &PodRecord, version: u64) -> PodCopy {
     let mut charges: Box<[(Arc<str>, u64, u64)]> = rec
         .charges
         .iter()
@@ -249,5 +257,6 @@ fn pod_copy(rec: &PodRecord, version: u64) -> PodCopy {
         node: rec.node.clone(),
         charges,
         version,
+        starts_piece: starts_piece(key, PODS_PER_PIECE),
     }
 }

@@ -9,9 +9,12 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::low_priority::{LowPriorityRuntime, lower_this_thread};
 use crate::metrics_page::{PageEncoding, encode_page};
 use crate::respond;
-use crate::serve::{Handler, HttpResponse, ServeError, handler_fn, serve};
+use crate::serve::{
+    Handler, HttpResponse, Offload, ServeError, ServeOptions, handler_fn, serve, serve_with,
+};
 use crate::tls::TlsConfig;
 
 /// Content type of the OpenMetrics text that prometheus-client writes.
@@ -97,14 +100,18 @@ pub fn admin_handler(state: AdminState) -> Handler {
 /// The admin routes, and `more` for every other path.
 pub fn admin_handler_with(state: AdminState, more: Option<Handler>) -> Handler {
     let state = Arc::new(state);
+    // The runtime the handler is made on: the page's thread is started from one of its
+    // threads, never from a low-priority one (see [`metrics`]).
+    let starter = tokio::runtime::Handle::try_current().ok();
     handler_fn(move |req| {
         let state = state.clone();
         let more = more.clone();
+        let starter = starter.clone();
         async move {
             if req.uri().path() == "/metrics" {
                 let encoding =
                     PageEncoding::negotiate(req.headers().get(hyper::header::ACCEPT_ENCODING));
-                return metrics(state.registry.clone(), encoding).await;
+                return metrics(state.registry.clone(), encoding, starter).await;
             }
             match (route(&state, req.uri().path()), more) {
                 (Some(resp), _) => resp,
@@ -137,8 +144,15 @@ fn route(state: &AdminState, path: &str) -> Option<HttpResponse> {
 }
 
 /// The `/metrics` answer in `encoding`, encoded on a thread of its own (see
-/// [`lower_encoding_priority`]), off the runtime's threads.
-async fn metrics(registry: Arc<Registry>, encoding: PageEncoding) -> HttpResponse {
+/// [`lower_encoding_priority`]), off the runtime's threads. The thread is started from
+/// one of `starter`'s threads: a thread inherits its starter's CPU priority, and the page
+/// starts by copying under locks that request threads wait for, which must not happen at
+/// the lowest priority (a connection served at it: [`MetricsPriority::Lowest`]).
+async fn metrics(
+    registry: Arc<Registry>,
+    encoding: PageEncoding,
+    starter: Option<tokio::runtime::Handle>,
+) -> HttpResponse {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let job = {
         let registry = registry.clone();
@@ -147,10 +161,19 @@ async fn metrics(registry: Arc<Registry>, encoding: PageEncoding) -> HttpRespons
             let _ = tx.send(encode_page(&registry, encoding));
         }
     };
-    let encoded = match std::thread::Builder::new()
-        .name("metrics-encode".into())
-        .spawn(job)
-    {
+    let start = move || {
+        std::thread::Builder::new()
+            .name("metrics-encode".into())
+            .spawn(job)
+    };
+    let started = match starter {
+        Some(starter) => starter
+            .spawn(async move { start() })
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        None => start(),
+    };
+    let encoded = match started {
         Ok(_) => rx.await.unwrap_or_else(|_| {
             Err("the thread encoding the metrics stopped without an answer".into())
         }),
@@ -178,22 +201,32 @@ thread_local! {
     static ENCODING_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// `nice 19`.
-const LOWEST_PRIORITY: i32 = 19;
-
-/// Drops the thread encoding a `/metrics` page to the lowest CPU priority for the rest of
-/// the page; a no-op on any other thread. A collector with a large page calls it once it
+/// Drops the thread encoding a `/metrics` page to the lowest CPU priority
+/// (`SCHED_IDLE`: `low_priority.rs`) for the rest of the page; a no-op on any other
+/// thread. A collector with a large page calls it once it
 /// has copied what it reads and released every lock a request thread may wait for: the
 /// page then takes only CPU time the process's request threads leave over, so a scrape
 /// does not slow down a concurrent /filter (`docs/extender.md#metrics`). Called under
 /// such a lock it would make things worse: the lock would stay held for as long as the
 /// thread waits for CPU.
 pub fn lower_encoding_priority() {
-    if ENCODING_THREAD.get() {
-        // Linux applies a thread's own nice value to that thread only; where it cannot
-        // be changed, the page is encoded at normal priority.
-        let _ = rustix::process::setpriority_process(None, LOWEST_PRIORITY);
+    // Where it cannot be changed, the page is encoded at normal priority.
+    if ENCODING_THREAD.get()
+        && let Err(e) = lower_this_thread()
+    {
+        tracing::debug!(error = %e, "the metrics page is encoded at normal priority");
     }
+}
+
+/// At which CPU priority the admin port serves a `/metrics` scrape's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricsPriority {
+    /// Where every other connection is served.
+    Normal,
+    /// On a thread of its own at the lowest priority (`low_priority.rs`), plain HTTP
+    /// only: a large page's writes take only CPU time that request threads leave over
+    /// (`docs/extender.md#metrics`). A scrape on a machine whose CPUs are all busy waits.
+    Lowest,
 }
 
 /// Serves the admin routes over plain HTTP until `shutdown` is cancelled.
@@ -206,13 +239,34 @@ pub async fn serve_admin(
 }
 
 /// Serves the admin routes and `more` (see [`admin_handler_with`]), over `tls`, until
-/// `shutdown` is cancelled.
+/// `shutdown` is cancelled; `/metrics` connections at `priority`.
 pub async fn serve_admin_with(
     listener: TcpListener,
     state: AdminState,
     more: Option<Handler>,
     tls: TlsConfig,
+    priority: MetricsPriority,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
-    serve(listener, tls, admin_handler_with(state, more), shutdown).await
+    let handler = admin_handler_with(state, more);
+    let lowest = match priority {
+        MetricsPriority::Normal => None,
+        MetricsPriority::Lowest => LowPriorityRuntime::start("metrics-serve")
+            .inspect_err(|e| {
+                tracing::warn!(error = %e, "cannot start the low-priority metrics thread; scrapes are served at normal priority");
+            })
+            .ok(),
+    };
+    let offload = lowest.as_ref().map(|rt| Offload {
+        prefix: b"GET /metrics",
+        runtime: rt.handle().clone(),
+    });
+    let opts = ServeOptions {
+        offload,
+        ..ServeOptions::default()
+    };
+    // `lowest` lives until the server has drained its connections.
+    let served = serve_with(listener, tls, handler, shutdown, opts).await;
+    drop(lowest);
+    served
 }

@@ -14,6 +14,7 @@
 //!   `/metrics` page as chunks, plain or gzip; [`build_info`]: HAMi's `hami_build_info`
 //!   series.
 //! - [`listener::Relistener`]: a bound socket a supervised server is started again on.
+//! - [`low_priority`]: threads at the lowest CPU priority (`SCHED_IDLE`), for a scrape.
 //! - [`trace::init_tracing`]: text or JSON logs; [`pod_span!`]: the span every call
 //!   made for one pod runs in (`pod.namespace`, `pod.name`, `pod.uid`).
 //! - [`shutdown::shutdown_on_signals`]: a token cancelled by SIGTERM or Ctrl-C.
@@ -31,6 +32,7 @@ pub mod chunked;
 pub mod device_config;
 pub mod flags;
 pub mod listener;
+pub mod low_priority;
 pub mod metrics_page;
 pub mod respond;
 pub mod serve;

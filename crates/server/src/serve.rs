@@ -47,7 +47,8 @@ pub enum ServeError {
     LocalAddr(std::io::Error),
 }
 
-/// Timeouts that keep slow or idle clients from holding the server.
+/// Timeouts that keep slow or idle clients from holding the server, and where some
+/// connections are served.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
     /// Longest a client may take to finish the TLS handshake.
@@ -56,6 +57,19 @@ pub struct ServeOptions {
     pub header_read_timeout: Duration,
     /// After shutdown is asked, how long open connections get to finish.
     pub drain_timeout: Duration,
+    /// Plain connections whose first request starts this way are served on another
+    /// runtime.
+    pub offload: Option<Offload>,
+}
+
+/// Plain (not TLS) connections whose first bytes are `prefix` (`GET /metrics`) are served
+/// on `runtime` (a thread at the lowest CPU priority: `low_priority.rs`), every request
+/// of the connection included. A TLS connection's first bytes do not tell its path: it
+/// is served where the others are.
+#[derive(Debug, Clone)]
+pub struct Offload {
+    pub prefix: &'static [u8],
+    pub runtime: tokio::runtime::Handle,
 }
 
 impl Default for ServeOptions {
@@ -64,6 +78,7 @@ impl Default for ServeOptions {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(30),
             drain_timeout: Duration::from_secs(20),
+            offload: None,
         }
     }
 }
@@ -147,7 +162,12 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     match acceptor {
-        None => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
+        None => match opts.offload.clone() {
+            Some(offload) if starts_with(&stream, offload.prefix, &opts).await => {
+                serve_offloaded(stream, peer, handler, shutdown, opts, offload.runtime).await
+            }
+            _ => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
+        },
         Some(acceptor) => {
             match tokio::time::timeout(opts.handshake_timeout, acceptor.accept(stream)).await {
                 Ok(Ok(tls)) => http(TokioIo::new(tls), peer, handler, shutdown, &opts).await,
@@ -155,6 +175,48 @@ async fn connection(
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
         }
+    }
+}
+
+/// Whether the first bytes the client sent on `stream` are `prefix` (left unread). A
+/// client that sends nothing within the header timeout, or only part of the prefix in
+/// its first segment, is served as any other.
+async fn starts_with(stream: &TcpStream, prefix: &[u8], opts: &ServeOptions) -> bool {
+    let mut buf = [0u8; 64];
+    let Some(first) = buf.get_mut(..prefix.len()) else {
+        return false;
+    };
+    let peeked = tokio::time::timeout(opts.header_read_timeout, stream.peek(first)).await;
+    matches!(peeked, Ok(Ok(n)) if n == prefix.len()) && buf.starts_with(prefix)
+}
+
+/// Serves the connection on `runtime` (the socket moved to that runtime's reactor), and
+/// waits for it there, so the server's drain and shutdown cover it as any other.
+async fn serve_offloaded(
+    stream: TcpStream,
+    peer: SocketAddr,
+    handler: Handler,
+    shutdown: CancellationToken,
+    opts: ServeOptions,
+    runtime: tokio::runtime::Handle,
+) {
+    let socket = match stream.into_std() {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::debug!(%peer, error = %e, "cannot move the connection to its runtime");
+            return;
+        }
+    };
+    let served = runtime.spawn(async move {
+        match TcpStream::from_std(socket) {
+            Ok(stream) => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "cannot serve the connection on its runtime")
+            }
+        }
+    });
+    if let Err(e) = served.await {
+        tracing::debug!(%peer, error = %e, "the connection's task ended early");
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::{AdminState, Readiness, serve_admin_with};
+use crate::admin::{AdminState, MetricsPriority, Readiness, serve_admin_with};
 use crate::listener::Relistener;
 use crate::{Handler, TlsConfig};
 
@@ -167,24 +167,26 @@ where
 /// Serves the admin routes (`/livez`, `/readyz`, `/metrics`) on `listener` as the
 /// supervised task `admin server`.
 pub fn supervise_admin(sup: &mut Supervisor, listener: Relistener, state: AdminState) {
-    supervise_admin_with(sup, listener, state, None, TlsConfig::None);
+    let priority = MetricsPriority::Normal;
+    supervise_admin_with(sup, listener, state, None, TlsConfig::None, priority);
 }
 
 /// [`supervise_admin`] with `more` routes behind the admin ones (see
-/// [`crate::admin::admin_handler_with`]), over `tls`.
+/// [`crate::admin::admin_handler_with`]), over `tls`, `/metrics` at `priority`.
 pub fn supervise_admin_with(
     sup: &mut Supervisor,
     listener: Relistener,
     state: AdminState,
     more: Option<Handler>,
     tls: TlsConfig,
+    priority: MetricsPriority,
 ) {
     sup.spawn("admin server", move |stop| {
         let (state, more, tls) = (state.clone(), more.clone(), tls.clone());
         let listener = listener.tokio();
         async move {
             let listener = listener.map_err(|e| format!("listener: {e}"))?;
-            serve_admin_with(listener, state, more, tls, stop)
+            serve_admin_with(listener, state, more, tls, priority, stop)
                 .await
                 .map_err(|e| e.to_string())
         }

@@ -5,11 +5,15 @@ use std::sync::Arc;
 
 use hami_server::CancellationToken;
 use hami_server::admin::{
-    AdminState, METRICS_CONTENT_TYPE, Readiness, serve_admin, serve_admin_with,
+    AdminState, METRICS_CONTENT_TYPE, MetricsPriority, Readiness, lower_encoding_priority,
+    serve_admin, serve_admin_with,
 };
+use hami_server::low_priority::this_thread_is_idle_class;
 use hami_server::test_support::{TestCa, http_request, https_request, request};
-use hami_server::{TlsConfig, handler_fn, respond};
+use hami_server::{Handler, ServeError, TlsConfig, handler_fn, respond};
+use http_body_util::BodyExt;
 use hyper::StatusCode;
+use hyper_util::rt::TokioIo;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -118,6 +122,36 @@ async fn metrics_gzipped_when_the_client_accepts_it() {
     task.await.unwrap().unwrap();
 }
 
+/// Serves the admin routes of `registry` and `more` over `tls`, `/metrics` connections at
+/// the lowest priority, as the scheduler does: the address, the token that stops the
+/// server, and its task.
+async fn serve_more(
+    registry: Registry,
+    more: Handler,
+    tls: TlsConfig,
+) -> (
+    std::net::SocketAddr,
+    CancellationToken,
+    tokio::task::JoinHandle<Result<(), ServeError>>,
+) {
+    let state = AdminState {
+        readiness: Readiness::ready(),
+        registry: Arc::new(registry),
+    };
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(serve_admin_with(
+        listener,
+        state,
+        Some(more),
+        tls,
+        MetricsPriority::Lowest,
+        shutdown.clone(),
+    ));
+    (addr, shutdown, task)
+}
+
 /// A service's own routes beside the admin ones, over TLS when the admin port has it.
 #[tokio::test]
 async fn more_routes_beside_the_admin_ones_over_tls() {
@@ -127,26 +161,14 @@ async fn more_routes_beside_the_admin_ones_over_tls() {
     let (cert, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
     std::fs::write(&cert, &leaf.cert).unwrap();
     std::fs::write(&key, &leaf.key).unwrap();
-    let state = AdminState {
-        readiness: Readiness::ready(),
-        registry: Arc::new(Registry::default()),
-    };
     let more = handler_fn(|req| async move {
         match req.uri().path() {
             "/ui" => respond::text(StatusCode::OK, "dashboard"),
             other => respond::text(StatusCode::NOT_FOUND, format!("not mine: {other}")),
         }
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(serve_admin_with(
-        listener,
-        state,
-        Some(more),
-        TlsConfig::Files { cert, key },
-        shutdown.clone(),
-    ));
+    let tls = TlsConfig::Files { cert, key };
+    let (addr, shutdown, task) = serve_more(Registry::default(), more, tls).await;
     let get = |path: &'static str| {
         let ca = ca.pem();
         async move {
@@ -170,6 +192,76 @@ async fn more_routes_beside_the_admin_ones_over_tls() {
             .await
             .is_err()
     );
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+}
+
+/// Notes the CPU class of the thread encoding the page, before and after it asks to be
+/// lowered (as a collector does once it has copied what it reads under its locks).
+#[derive(Debug, Default)]
+struct NotesPriority(Arc<std::sync::Mutex<Vec<bool>>>);
+
+impl prometheus_client::collector::Collector for NotesPriority {
+    fn encode(
+        &self,
+        _: prometheus_client::encoding::DescriptorEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let mut seen = self.0.lock().unwrap();
+        seen.push(this_thread_is_idle_class());
+        lower_encoding_priority();
+        seen.push(this_thread_is_idle_class());
+        Ok(())
+    }
+}
+
+/// GETs `paths` in turn over one keep-alive connection; the bodies.
+async fn keep_alive_gets(addr: std::net::SocketAddr, paths: &[&str]) -> Vec<String> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut bodies = vec![];
+    for path in paths {
+        sender.ready().await.unwrap();
+        let resp = sender
+            .send_request(request("GET", path, "").unwrap())
+            .await
+            .unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        bodies.push(String::from_utf8_lossy(&body).into_owned());
+    }
+    bodies
+}
+
+/// A scrape's connection is served on a thread of the lowest CPU class, every request
+/// on it; its page starts encoding at normal priority (it copies under locks request
+/// threads wait for) and drops when asked; other connections are served as before.
+#[tokio::test]
+async fn a_scrape_is_served_at_the_lowest_priority_after_its_copy() {
+    let seen = Arc::new(std::sync::Mutex::new(vec![]));
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(NotesPriority(seen.clone())));
+    let more = handler_fn(|_| async move {
+        let class = if this_thread_is_idle_class() {
+            "idle"
+        } else {
+            "normal"
+        };
+        respond::text(StatusCode::OK, class)
+    });
+    let (addr, shutdown, task) = serve_more(registry, more, TlsConfig::None).await;
+
+    let scrape = keep_alive_gets(addr, &["/metrics", "/where"]).await;
+    assert!(scrape[0].ends_with("# EOF\n"), "{scrape:?}");
+    assert_eq!(scrape[1], "idle\n", "the scrape's connection");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [false, true],
+        "normal while it copies, the lowest class once it asks"
+    );
+    let other = keep_alive_gets(addr, &["/where", "/metrics"]).await;
+    assert_eq!(other[0], "normal\n", "any other connection");
     shutdown.cancel();
     task.await.unwrap().unwrap();
 }
