@@ -16,9 +16,8 @@ use crate::fit::{
     DeviceWork, FitFailure, FitScratch, FitSettings, Pick, Placed, PodSoFar, container_device,
     enough_devices_pass, fit_container_into,
 };
-use crate::frag::live::{
-    CachedScore, FragModel, FragNode, NodeFrag, PodFrag, free_share, node_rank,
-};
+use crate::frag::live::{CachedScore, FragModel, FragNode, NodeFrag, PodFrag, free_share};
+use crate::frag::pairing::{Pairing, PairingBonus};
 use crate::ledger::{Ledger, NodeInventory, NodeState};
 use crate::model::{ContainerDeviceRequest, PodSingleDevice};
 use crate::policy::{GpuPolicy, NodePolicy};
@@ -72,6 +71,10 @@ pub struct PodPlan {
     /// Typical workload of the `frag` policies; set (to the built-in model) only when
     /// the pod uses one. Replace with [`PodPlan::with_frag_model`].
     pub frag: Option<Arc<FragModel>>,
+    /// The `frag` node policy's supply-aware pairing term
+    /// (`docs/simulator.md#supply-aware-pairing`), applied after the nodes' cached scores;
+    /// `None`: off. Set with [`PodPlan::with_pairing`].
+    pub pairing: Option<Arc<Pairing>>,
     /// The pod's CPU and memory requests as kube-scheduler counts them; read (and set)
     /// only when the pod uses a `frag` policy.
     pub resources: Resources,
@@ -126,6 +129,7 @@ impl PodPlan {
             constraints,
             quota: BTreeMap::new(),
             frag,
+            pairing: None,
             resources,
         })
     }
@@ -133,6 +137,12 @@ impl PodPlan {
     /// Uses `model` (the caller's typical workload) for the `frag` policies.
     pub fn with_frag_model(mut self, model: Arc<FragModel>) -> Self {
         self.frag = Some(model);
+        self
+    }
+
+    /// Uses `pairing` (the demand seen so far) for node policy `frag`'s pairing term.
+    pub fn with_pairing(mut self, pairing: Option<Arc<Pairing>>) -> Self {
+        self.pairing = pairing;
         self
     }
 
@@ -165,6 +175,8 @@ impl PodPlan {
 struct Scored {
     score: f32,
     rank: f64,
+    /// What the pairing term prices ([`CachedScore::hole`]).
+    hole: Option<(i32, i32)>,
 }
 
 impl Scored {
@@ -172,6 +184,7 @@ impl Scored {
         Scored {
             score,
             rank: f64::from(score),
+            hole: None,
         }
     }
 }
@@ -313,18 +326,11 @@ fn frag_node<'m>(plan: &'m PodPlan, node: &NodeState) -> Option<FragNode<'m>> {
         cpu_milli: plan.resources.cpu_milli,
         mem_mib: plan.resources.memory_mib(),
     };
-    let shares = node_shares(node);
+    let shares: Vec<i32> = node.free_shares().collect();
     let before = node
         .frag_cache()
         .phi(model.id(), || model.node(view, pod, &shares, None).before());
     Some(model.node(view, pod, &shares, Some(before)))
-}
-
-/// Free shares of every device of the node, in group order.
-fn node_shares(node: &NodeState) -> Vec<i32> {
-    node.groups()
-        .flat_map(|(vd, us)| vd.devices.iter().zip(us).map(|(d, u)| free_share(d, u)))
-        .collect()
 }
 
 /// The fit without building device strings; picks are left in `scratch.picks`.
@@ -407,19 +413,28 @@ fn fit_node_compact(
         }));
     }
     if let (NodePolicy::Frag, Some(frag)) = (plan.node_policy, frag) {
-        let gain = frag_gain(&frag, plan, node, &scratch.picks);
+        let (gain, hole) = frag_gain(&frag, plan, node, &scratch.picks);
         return Ok(Scored {
             score: gain as f32,
-            rank: node_rank(gain),
+            rank: frag.rank(gain),
+            hole,
         });
     }
     Ok(Scored::plain(node.score()))
 }
 
 /// Node score of node policy `frag`: Φ(before) − Φ(after) of the picks, the
-/// fragmentation they remove (regular init containers do not stay, so they do not count).
-fn frag_gain(frag: &FragNode<'_>, plan: &PodPlan, node: &NodeState, picks: &[Vec<Placed>]) -> f64 {
+/// fragmentation they remove (regular init containers do not stay, so they do not count);
+/// and, when the pod takes one device, that device's free share before and after (the
+/// pairing term's input).
+fn frag_gain(
+    frag: &FragNode<'_>,
+    plan: &PodPlan,
+    node: &NodeState,
+    picks: &[Vec<Placed>],
+) -> (f64, Option<(i32, i32)>) {
     let mut after = Vec::new();
+    let mut changed = Vec::new();
     for (vd, us) in node.groups() {
         let vi = plan.vendor_keys.iter().position(|k| *k == vd.vendor);
         let placed = vi
@@ -427,15 +442,25 @@ fn frag_gain(frag: &FragNode<'_>, plan: &PodPlan, node: &NodeState, picks: &[Vec
             .map_or(&[][..], Vec::as_slice);
         for (i, (d, u)) in vd.devices.iter().zip(us).enumerate() {
             let mut a = *u;
+            let mut taken = false;
             for p in placed.iter().filter(|p| p.pick.pos == i) {
                 if plan.kinds.get(p.container) != Some(&ContainerKind::Init) {
                     a.add(p.pick.slots, u64::from(p.pick.mem), u64::from(p.pick.cores));
+                    taken = true;
                 }
             }
-            after.push(free_share(d, &a));
+            let share = free_share(d, &a);
+            if taken {
+                changed.push((free_share(d, u), share));
+            }
+            after.push(share);
         }
     }
-    frag.gain(&after)
+    let hole = match changed[..] {
+        [one] => Some(one),
+        _ => None,
+    };
+    (frag.gain(&after), hole)
 }
 
 /// Builds the wire form of compact picks.
@@ -579,6 +604,8 @@ fn place_with<'a>(
 ) -> Option<(String, NodeFit)> {
     let steps = compile(plan, registry);
     let cache = ScoreCaching::for_plan(plan, ledger);
+    let pairing = pairing_bonus(plan, ledger);
+    let pairing = pairing.as_ref();
     let names: Vec<&'a str> = candidates.into_iter().collect();
     let threads = if parallel {
         rayon::current_num_threads()
@@ -586,7 +613,7 @@ fn place_with<'a>(
         1
     };
     let best = if names.len() < PARALLEL_MIN || threads < 2 {
-        scan(plan, &steps, cache, ledger, &names, &mut report)
+        scan(plan, &steps, cache, pairing, ledger, &names, &mut report)
     } else {
         // Chunks are scanned in parallel; outcomes are reported in candidate order and
         // the winner is chosen by the same total order, so the result does not depend
@@ -596,7 +623,7 @@ fn place_with<'a>(
             .par_chunks(chunk)
             .map(|part| {
                 let mut outcomes = Vec::with_capacity(part.len());
-                let best = scan(plan, &steps, cache, ledger, part, &mut |_, o| {
+                let best = scan(plan, &steps, cache, pairing, ledger, part, &mut |_, o| {
                     outcomes.push(o)
                 });
                 (outcomes, best)
@@ -673,11 +700,24 @@ impl ScoreCaching {
     }
 }
 
+/// The pairing term of a placement under node policy `frag`, for the cluster as it is.
+fn pairing_bonus(plan: &PodPlan, ledger: &Ledger) -> Option<PairingBonus> {
+    if plan.node_policy != NodePolicy::Frag || plan.frag.is_none() {
+        return None;
+    }
+    plan.pairing
+        .as_ref()
+        .filter(|p| p.weight != 0.0)
+        .map(|p| p.bonus(ledger.free_shares()))
+}
+
 /// Fits the pod on each of `names` in order, reporting every outcome; the best node.
+/// Nodes rank by their (cached) node score plus the cluster-wide pairing term.
 fn scan<'a, 'l>(
     plan: &PodPlan,
     steps: &Result<Vec<Step<'_>>, FitFailure>,
     cache: Option<ScoreCaching>,
+    pairing: Option<&PairingBonus>,
     ledger: &'l Ledger,
     names: &[&'a str],
     report: &mut impl FnMut(&'a str, Outcome),
@@ -697,6 +737,7 @@ fn scan<'a, 'l>(
                 Scored {
                     score: c.score,
                     rank: c.rank,
+                    hole: c.hole,
                 },
                 false,
             )),
@@ -714,16 +755,20 @@ fn scan<'a, 'l>(
         };
         match fitted {
             Err(f) => report(name, Err(Some(f))),
-            Ok((scored, has_picks)) => {
+            Ok((mut scored, has_picks)) => {
                 if let (Some(c), None) = (cache, cached) {
                     node.frag_cache().put(
                         c.key,
                         CachedScore {
                             score: scored.score,
                             rank: scored.rank,
+                            hole: scored.hole,
                         },
                         c.capacity,
                     );
+                }
+                if let (Some(p), Some((before, after))) = (pairing, scored.hole) {
+                    scored.rank += p.of(before, after);
                 }
                 report(name, Ok(scored.score));
                 let better = best.is_none_or(|(b, b_scored, _)| {

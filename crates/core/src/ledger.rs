@@ -17,7 +17,8 @@ use crate::codec::{
     CodecError, decode_pod_single_device, decode_topology_scores, parse_device_cordon,
 };
 use crate::fit::{DeviceFacts, DeviceSet};
-use crate::frag::live::NodeFragCache;
+use crate::frag::live::{NodeFragCache, free_share};
+use crate::frag::pairing::FreeShares;
 use crate::model::{DeviceInfo, DeviceUsage, PodSingleDevice};
 use crate::pod;
 use crate::quota::NamespaceUse;
@@ -493,6 +494,12 @@ impl NodeState {
             .zip(self.usage.iter().map(Vec::as_slice))
     }
 
+    /// Free share of every device (milli-GPU, [`free_share`]), in group order.
+    pub fn free_shares(&self) -> impl Iterator<Item = i32> + '_ {
+        self.groups()
+            .flat_map(|(vd, us)| vd.devices.iter().zip(us).map(|(d, u)| free_share(d, u)))
+    }
+
     /// HAMi's `DeviceUsage` view of every device.
     pub fn device_usage(&self) -> Vec<DeviceUsage> {
         self.groups()
@@ -508,16 +515,27 @@ impl NodeState {
     }
 
     /// Adds (or with `sign = false` removes) charges; returns UUIDs not on this node.
-    fn charge(&mut self, charges: &[DeviceCharge], add: bool) -> Vec<String> {
+    /// `shares`, when given, follows the free share of every device charged.
+    fn charge(
+        &mut self,
+        charges: &[DeviceCharge],
+        add: bool,
+        mut shares: Option<&mut FreeShares>,
+    ) -> Vec<String> {
         let mut unknown = Vec::new();
         for c in charges {
             match self.position(&c.uuid) {
                 Some((g, i)) => {
+                    let info = &self.inventory.vendors[g].devices[i];
                     let u = &mut self.usage[g][i];
+                    let before = free_share(info, u);
                     if add {
                         u.add(c.slots, c.mem, c.cores);
                     } else {
                         u.sub(c.slots, c.mem, c.cores);
+                    }
+                    if let Some(h) = shares.as_deref_mut() {
+                        h.moved(before, free_share(info, u));
                     }
                 }
                 None => unknown.push(c.uuid.to_string()),
@@ -562,6 +580,8 @@ pub struct Ledger {
     namespaces: FxHashMap<Arc<str>, FxHashMap<Arc<str>, NamespaceUse>>,
     /// Nodes and pods changed, for readers that keep a copy in step ([`Ledger::changes_since`]).
     changes: Journal,
+    /// Every registered device's free share, for the `frag` pairing term.
+    free_shares: FreeShares,
 }
 
 /// Removals between two sweeps of interned strings nobody uses any more (deleted nodes
@@ -590,21 +610,31 @@ impl Ledger {
         if let Some(uids) = self.pods_by_node.get(&name) {
             for uid in uids {
                 if let Some(rec) = self.pods.get(uid) {
-                    state.charge(&rec.charges, true);
+                    state.charge(&rec.charges, true, None);
                 }
             }
         }
-        self.nodes.insert(name.clone(), state);
+        for share in state.free_shares() {
+            self.free_shares.add(share);
+        }
+        if let Some(old) = self.nodes.insert(name.clone(), state) {
+            for share in old.free_shares() {
+                self.free_shares.remove(share);
+            }
+        }
         self.changes.push(Change::Node(name));
     }
 
     /// Forgets a node. Its pods stay recorded and count again if it comes back.
     pub fn remove_node(&mut self, name: &str) -> bool {
-        let removed = self.nodes.remove(name).is_some();
-        if removed {
-            self.node_changed(name);
+        let Some(old) = self.nodes.remove(name) else {
+            return false;
+        };
+        for share in old.free_shares() {
+            self.free_shares.remove(share);
         }
-        removed
+        self.node_changed(name);
+        true
     }
 
     fn node_changed(&mut self, name: &str) {
@@ -654,7 +684,8 @@ impl Ledger {
         let mut report = ApplyReport::default();
         match self.nodes.get_mut(&*record.node) {
             Some(node) => {
-                report.unknown_devices = node.charge(&record.charges, true);
+                report.unknown_devices =
+                    node.charge(&record.charges, true, Some(&mut self.free_shares));
                 self.changes.push(Change::Node(record.node.clone()));
             }
             None => report.unknown_node = true,
@@ -747,7 +778,7 @@ impl Ledger {
             self.interned.retain(|a| Arc::strong_count(a) > 1);
         }
         if let Some(node) = self.nodes.get_mut(&*rec.node) {
-            node.charge(&rec.charges, false);
+            node.charge(&rec.charges, false, Some(&mut self.free_shares));
             self.changes.push(Change::Node(rec.node.clone()));
         }
         self.changes.push(Change::Pod(rec.uid.clone()));
@@ -888,9 +919,22 @@ impl Ledger {
         let node = self.nodes.get(name)?;
         let mut fresh = NodeState::new(node.name.clone(), node.inventory.clone(), node.resources);
         for rec in self.pods.values().filter(|r| &*r.node == name) {
-            fresh.charge(&rec.charges, true);
+            fresh.charge(&rec.charges, true, None);
         }
         Some(fresh.usage)
+    }
+
+    /// How many registered devices have each free share (milli-GPU), kept as pods and
+    /// nodes come and go: the cluster's holes for the `frag` pairing term
+    /// (`docs/simulator.md#supply-aware-pairing`).
+    pub fn free_shares(&self) -> &FreeShares {
+        &self.free_shares
+    }
+
+    /// [`Ledger::free_shares`] recomputed from every node; for tests that check the
+    /// incremental bookkeeping against the definition.
+    pub fn recomputed_free_shares(&self) -> FreeShares {
+        FreeShares::of(self.nodes.values().flat_map(NodeState::free_shares))
     }
 
     /// The current usage of a node, per vendor group.

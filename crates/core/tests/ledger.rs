@@ -295,3 +295,38 @@ fn changes_name_what_changed_and_a_clear_asks_for_a_full_copy() {
     assert_eq!(ledger.changes_since(seq), None);
     assert_eq!(ledger.changes_since(ledger.next_change()), Some(&[][..]));
 }
+
+/// The histogram of free shares the `frag` pairing term reads follows every pod and node
+/// change, and equals a recomputation from the nodes.
+#[test]
+fn free_shares_follow_pods_and_node_registrations() {
+    let mut ledger = Ledger::new();
+    add_node(&mut ledger, "n", 2, 1000);
+    assert_eq!(ledger.free_shares().count(1000), 2);
+    // 300 MiB and 20 % of a 1000-MiB GPU: min(80 % cores, 70 % memory) free = 700 milli.
+    ledger.apply_pod(record(&placed_pod("a", "n", "n-gpu-0,NVIDIA,300,20:;")));
+    let shares = ledger.free_shares();
+    assert_eq!(
+        (shares.count(1000), shares.count(700), shares.total()),
+        (1, 1, 2)
+    );
+    // Re-registered with a third GPU: the pod still holds its share of GPU 0.
+    add_node(&mut ledger, "n", 3, 1000);
+    let shares = ledger.free_shares();
+    assert_eq!(
+        (shares.count(1000), shares.count(700), shares.total()),
+        (2, 1, 3)
+    );
+    assert_eq!(ledger.free_shares(), &ledger.recomputed_free_shares());
+    ledger.remove_pod("uid-a");
+    assert_eq!(ledger.free_shares().count(1000), 3);
+    ledger.apply_pod(record(&placed_pod("b", "n", "n-gpu-1,NVIDIA,300,20:;")));
+    assert!(ledger.remove_node("n"));
+    assert_eq!(ledger.free_shares().total(), 0);
+    // Its pod counts again when the node comes back.
+    add_node(&mut ledger, "n", 2, 1000);
+    assert_eq!(ledger.free_shares().count(700), 1);
+    assert_eq!(ledger.free_shares(), &ledger.recomputed_free_shares());
+    ledger.clear();
+    assert_eq!(ledger.free_shares().total(), 0);
+}

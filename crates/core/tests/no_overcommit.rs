@@ -101,6 +101,11 @@ fn make_pod(i: usize, op: &Op) -> Pod {
 
 /// `exclusive`: pods whose every container asked for a whole card's compute (cores = 100).
 fn assert_invariants(ledger: &Ledger, exclusive: &std::collections::BTreeSet<String>) {
+    assert_eq!(
+        ledger.free_shares(),
+        &ledger.recomputed_free_shares(),
+        "incremental free-share histogram drifted"
+    );
     for node in ledger.nodes() {
         let usage = ledger.usage(node.name()).unwrap();
         assert_eq!(

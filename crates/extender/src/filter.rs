@@ -231,6 +231,7 @@ impl Extender {
         if plan.frag.is_some() {
             // The workload learnt from this cluster's pods, not the built-in one.
             plan.frag = Some(st.frag_model(now));
+            plan.pairing = st.frag_pairing(now);
         }
         let plan = &*plan;
         let chosen = place_reporting(

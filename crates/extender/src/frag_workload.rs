@@ -10,6 +10,7 @@ use hami_core::frag::live::FragModel;
 use hami_core::frag::observed::{
     ClusterGpus, ModelTable, ObservedSettings, ObservedWorkload, PodShape,
 };
+use hami_core::frag::pairing::Pairing;
 use hami_core::frag::score::FragScoreConfig;
 use hami_core::ledger::Ledger;
 use hami_core::sync::MutexExt;
@@ -29,6 +30,8 @@ const SHAPES_SHOWN: usize = 32;
 #[derive(Debug)]
 struct Built {
     model: Arc<FragModel>,
+    /// The pairing term with the sharing pods seen (`None`: its weight is 0).
+    pairing: Option<Arc<Pairing>>,
     at: i64,
     seen: u64,
     registrations: u64,
@@ -90,6 +93,15 @@ impl LiveFrag {
 
     /// The model to place with at `now`, rebuilt when stale.
     pub fn model(&mut self, ledger: &Ledger, now: i64) -> Arc<FragModel> {
+        self.built(ledger, now).model.clone()
+    }
+
+    /// The pairing term to place with at `now` (built with the model, from the same pods).
+    pub fn pairing(&mut self, ledger: &Ledger, now: i64) -> Option<Arc<Pairing>> {
+        self.built(ledger, now).pairing.clone()
+    }
+
+    fn built(&mut self, ledger: &Ledger, now: i64) -> &Built {
         let (seen, registrations) = (self.observed.seen(), self.registrations);
         let built = match self.built.take() {
             Some(b)
@@ -99,7 +111,16 @@ impl LiveFrag {
                 b
             }
             _ => {
-                let model = Arc::new(self.observed.model(&cluster_gpus(ledger), self.cfg));
+                let gpus = cluster_gpus(ledger);
+                let model = Arc::new(self.observed.model(&gpus, self.cfg));
+                let pairing = (self.cfg.pair != 0.0).then(|| {
+                    Arc::new(Pairing {
+                        weight: self.cfg.pair,
+                        horizon: self.cfg.pair_horizon,
+                        matching: self.cfg.pair_matching,
+                        supply: Arc::new(self.observed.hole_supply(&gpus)),
+                    })
+                });
                 tracing::debug!(
                     pods_seen = seen,
                     classes = model.workload().classes.len(),
@@ -107,15 +128,14 @@ impl LiveFrag {
                 );
                 Built {
                     model,
+                    pairing,
                     at: now,
                     seen,
                     registrations,
                 }
             }
         };
-        let model = built.model.clone();
-        self.built = Some(built);
-        model
+        self.built.insert(built)
     }
 
     /// What `/debug/frag-workload` shows: where M comes from, M's classes (GPU types by
@@ -182,6 +202,7 @@ impl LiveFrag {
             "min_pods": settings.min_pods,
             "half_life_pods": settings.half_life,
             "coverage_pct": settings.coverage_pct,
+            "pairing": {"weight": self.cfg.pair, "horizon": self.cfg.pair_horizon},
             "gpu_types": types,
             "classes": classes,
             "shapes": shapes,
@@ -260,5 +281,34 @@ mod tests {
         assert_eq!(view["pods_seen"], 3);
         assert_eq!(view["classes"][0]["gpu_milli"], 300);
         assert_eq!(view["classes"][0]["models"], "any");
+        assert_eq!(view["pairing"]["weight"], FragScoreConfig::default().pair);
+    }
+
+    /// The pairing term comes with the model, from the same pods: off at weight 0, else
+    /// with the sharing pods seen as its demand.
+    #[test]
+    fn the_pairing_term_follows_the_pods_seen() {
+        let ledger = Ledger::new();
+        let off = FragScoreConfig {
+            pair: 0.0,
+            ..FragScoreConfig::default()
+        };
+        let mut live = LiveFrag::new(ObservedSettings::default(), off);
+        live.observe(&shape(2000));
+        assert!(live.pairing(&ledger, 1000).is_none());
+        let on = FragScoreConfig {
+            pair: 10.0,
+            pair_horizon: 2.0,
+            ..FragScoreConfig::default()
+        };
+        let mut live = LiveFrag::new(ObservedSettings::default(), on);
+        let before = live.pairing(&ledger, 1000).expect("weight 10: on");
+        assert_eq!((before.weight, before.horizon), (10.0, 2.0));
+        assert_eq!(*before.supply, Default::default());
+        live.observe(&shape(2000));
+        let after = live.pairing(&ledger, 1000 + REFRESH_SECS).expect("on");
+        // One 300-milli pod seen, horizon 2: two fillers for a lone 300 hole.
+        let holes = hami_core::frag::pairing::FreeShares::of([300]);
+        assert_eq!(after.supply.waste(&holes, after.horizon).gain(300, 0), 0.0);
     }
 }

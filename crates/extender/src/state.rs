@@ -28,6 +28,7 @@ use hami_core::annotations as keys;
 use hami_core::engine::PlanError;
 use hami_core::frag::live::FragModel;
 use hami_core::frag::observed::PodShape;
+use hami_core::frag::pairing::Pairing;
 use hami_core::holding::{self, Expiry, Standing};
 use hami_core::ledger::{
     ApplyReport, InventoryIssue, Ledger, NodeInventory, PodRecord, PodRecordError,
@@ -247,6 +248,11 @@ impl SchedState {
     /// pods seen (`docs/extender.md#the-typical-workload`).
     pub fn frag_model(&mut self, now: i64) -> Arc<FragModel> {
         self.frag.model(&self.ledger, now)
+    }
+
+    /// The `frag` pairing term at `now`, from the same pods as [`SchedState::frag_model`].
+    pub fn frag_pairing(&mut self, now: i64) -> Option<Arc<Pairing>> {
+        self.frag.pairing(&self.ledger, now)
     }
 
     /// What `/debug/frag-workload` shows.

@@ -116,7 +116,10 @@ fn parse_policies(s: &str) -> Result<Vec<String>, SimError> {
     s.split(sep)
         .map(|p| {
             let p = p.trim();
-            if POLICY_NAMES.contains(&p) || p.starts_with("hami-frag:") {
+            if POLICY_NAMES.contains(&p)
+                || p.starts_with("hami-frag:")
+                || p.starts_with("engine-frag:")
+            {
                 Ok(p.to_string())
             } else {
                 Err(SimError::UnknownPolicy(p.to_string()))

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use rustc_hash::FxHashMap;
 use thread_local::ThreadLocal;
 
-use super::score::{FragScoreConfig, FragScoring, quantised};
+use super::score::{FragScoreConfig, FragScoring};
 use super::{FragMemo, ModelSet, NodeView, TaskClass, TypicalWorkload};
 use crate::model::{ContainerDeviceRequest, DeviceInfo};
 use crate::score::Usage;
@@ -338,7 +338,7 @@ impl FragNode<'_> {
         self.before - self.model.phi(&view)
     }
 
-    /// Device score of GPU policy `frag`: the quantised [`FragNode::gain`] of the pod
+    /// Device score of GPU policy `frag`: the ranked ([`FragNode::rank`]) [`FragNode::gain`] of the pod
     /// placed with `req` on device `pos` (devices `infos` with `usage`), plus a fraction
     /// that ranks equal scores by device index, lowest first (FGD's GPU rule). Higher is
     /// better.
@@ -372,13 +372,14 @@ impl FragNode<'_> {
             *s = free_share(info, &after);
         }
         let n = infos.len() as f32;
-        quantised(self.gain(shares)) as f32 + (n - pos as f32) / (n + 1.0)
+        self.rank(self.gain(shares)) as f32 + (n - pos as f32) / (n + 1.0)
     }
-}
 
-/// Quantised rank of a node score of node policy `frag` (`gain` in milli-GPU).
-pub fn node_rank(gain: f64) -> f64 {
-    quantised(gain) as f64
+    /// What a [`FragNode::gain`] ranks as: the score's primary term (FGD's quantised
+    /// score unless the model's tuning says otherwise, [`FragScoring::primary`]).
+    pub fn rank(&self, gain: f64) -> f64 {
+        self.model.scoring.primary(gain)
+    }
 }
 
 /// What the engine remembers of a score of node policy `frag`.
@@ -386,8 +387,11 @@ pub fn node_rank(gain: f64) -> f64 {
 pub struct CachedScore {
     /// The node score as reported (Φ(before) − Φ(after), milli-GPU).
     pub score: f32,
-    /// What nodes are ranked by.
+    /// What nodes are ranked by (before the cluster-wide pairing term).
     pub rank: f64,
+    /// The free share (milli-GPU) of the one device a sharing pod takes, before and after
+    /// the pod: what the pairing term prices (`super::pairing`); `None` for other pods.
+    pub hole: Option<(i32, i32)>,
 }
 
 /// The frag scores of one node as it is now: Φ per model and node scores per pod shape.

@@ -19,6 +19,7 @@ use super::{ModelSet, TaskClass, TypicalWorkload};
 use crate::codec::selectors::DeviceSelector;
 use crate::engine::{PlanError, PodPlan, SchedulerDefaults};
 use crate::frag::live::{FragModel, UNKNOWN_MODEL};
+use crate::frag::pairing::HoleSupply;
 use crate::request::ContainerKind;
 use crate::resources::pod_requests;
 use crate::vendor::VendorRegistry;
@@ -372,6 +373,18 @@ impl ObservedWorkload {
         TypicalWorkload { classes }
     }
 
+    /// The sharing pods seen (one device, less than a whole one), by share in milli-GPU,
+    /// as decayed counts (a pod seen now would count 1): the demand of the `frag` pairing term
+    /// (`docs/simulator.md#supply-aware-pairing`).
+    pub fn hole_supply(&self, gpus: &ClusterGpus) -> HoleSupply {
+        let reference = gpus.reference_mem_mib();
+        let mut supply = HoleSupply::default();
+        for b in self.buckets.iter().filter(|b| b.key.num_gpu == 1) {
+            supply.observe_weighted(b.key.milli(reference), b.weight / self.increment);
+        }
+        supply
+    }
+
     /// A fragmentation model of [`ObservedWorkload::typical`] for a cluster with `gpus`.
     pub fn model(&self, gpus: &ClusterGpus, cfg: FragScoreConfig) -> FragModel {
         let table = ModelTable::of(gpus);
@@ -503,6 +516,32 @@ mod tests {
             },
             mem_mib: 1024,
         }
+    }
+
+    /// The pairing term's demand: sharing pods only (one device, less than whole), each
+    /// weighing as the histogram's decay says.
+    #[test]
+    fn the_hole_supply_counts_decayed_sharing_pods() {
+        use crate::frag::pairing::FreeShares;
+        let mut w = ObservedWorkload::new(settings());
+        for _ in 0..3 {
+            w.observe(&shape(1000, 1, 30, None));
+        }
+        w.observe(&shape(1000, 2, 30, None));
+        w.observe(&shape(1000, 1, 100, None));
+        let supply = w.hole_supply(&ClusterGpus::default());
+        // Pod k of 5 weighs 2^(-(6-k)/100) against the next pod.
+        let seen: f64 = (3..=5).map(|age| 2f64.powf(-f64::from(age) / 100.0)).sum();
+        let waste = supply.waste(&FreeShares::of([300; 4]), 1.0);
+        // A 300 hole filled removes 300·(1 − seen/4) of expected idle share.
+        let expected = 0.3 * (1.0 - seen / 4.0);
+        assert!(
+            (waste.gain(300, 0) - expected).abs() < 1e-9,
+            "{}",
+            waste.gain(300, 0)
+        );
+        // Nothing of 200 or less was seen.
+        assert!((waste.gain(200, 0) - 0.2).abs() < 1e-12);
     }
 
     fn settings() -> ObservedSettings {

@@ -15,6 +15,7 @@
 //! model t's GPUs that the classes of M restricted to a few models would take at full load
 //! (capped at 1). GPU shares are in milli-GPU (1000 = one whole GPU).
 
+use super::pairing::Matching;
 use super::{FragMemo, MEMO_MAX_GPUS, ModelSet, NodeView, TaskClass, TypicalWorkload};
 
 /// Model ids a [`ModelSet`] can name.
@@ -202,11 +203,13 @@ pub struct FragScoreConfig {
     /// GPU demand (the allocation metric) with `b` for CPU-only classes.
     pub gpu_weighting: Option<f64>,
     /// Weight of the supply-aware pairing term ([`super::pairing`]) in score points per GPU
-    /// (0 = none). It reads the whole cluster's holes, so only the simulator's `hami-frag`
-    /// applies it so far; the engine's `frag` policies do not.
+    /// (0 = none). It reads the whole cluster's holes, so it is added to a node's rank after
+    /// the per-node score (the simulator's `hami-frag`, the engine's node policy `frag`).
     pub pair: f64,
     /// The pairing term's horizon: future sharing tasks expected per sharing task seen.
     pub pair_horizon: f64,
+    /// How the pairing term matches expected fillers to holes ([`super::pairing::Matching`]).
+    pub pair_matching: Matching,
 }
 
 impl Default for FragScoreConfig {
@@ -225,6 +228,7 @@ impl Default for FragScoreConfig {
             gpu_weighting: None,
             pair: 0.0,
             pair_horizon: 4.0,
+            pair_matching: Matching::Pooled,
         }
     }
 }
@@ -264,6 +268,8 @@ impl FragScoreConfig {
                 ("gpuweight", g) => cfg.gpu_weighting = Some(num(k, g)?),
                 ("pair", w) => cfg.pair = num(k, w)?,
                 ("horizon", h) => cfg.pair_horizon = num(k, h)?,
+                ("match", "pooled") => cfg.pair_matching = Matching::Pooled,
+                ("match", "greedy") => cfg.pair_matching = Matching::Greedy,
                 ("secondary", "none") => cfg.secondary = Secondary::None,
                 ("secondary", "util") => cfg.secondary = Secondary::Utilisation,
                 ("secondary", "idle") => cfg.secondary = Secondary::LeastIdle,
@@ -374,6 +380,16 @@ impl FragScoring {
         phi
     }
 
+    /// The primary term of a change Δ = Φ(n) − Φ(n′) in milli-GPU (FGD's quantised score
+    /// by default): what nodes, and a sharing task's GPUs on a node, are ranked by.
+    pub fn primary(&self, delta: f64) -> f64 {
+        match self.cfg.primary {
+            Primary::Quantised => quantised(delta) as f64,
+            Primary::Raw => delta / 1000.0,
+            Primary::Bucket(w) => (delta / f64::from(w.max(1))).floor(),
+        }
+    }
+
     /// Scores `task` on `node`: the primary term of Φ(n) − Φ(n′) plus the secondary term.
     /// Returns `None` when the task does not fit the node's GPUs (CPU/memory/model
     /// filtering is the caller's).
@@ -400,13 +416,7 @@ impl FragScoring {
         };
         let idle: i64 = node.gpu_free.iter().map(|&r| i64::from(r)).sum();
         let cap = (node.gpu_free.len() as f64 * 1000.0).max(1.0);
-        let primary = |after: f64| -> f64 {
-            match cfg.primary {
-                Primary::Quantised => fgd_score(before, after) as f64,
-                Primary::Raw => (before - after) / 1000.0,
-                Primary::Bucket(w) => ((before - after) / f64::from(w.max(1))).floor(),
-            }
-        };
+        let primary = |after: f64| -> f64 { self.primary(before - after) };
         let secondary = |used: i64| -> f64 {
             let left = (idle - used) as f64;
             match cfg.secondary {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::{PodPlan, SchedulerDefaults, place_best_serial};
 use hami_core::frag::live::FragModel;
+use hami_core::frag::pairing::{HoleSupply, Matching, Pairing};
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
 use hami_core::model::DeviceInfo;
 use hami_core::policy::{GpuPolicy, NodePolicy};
@@ -74,21 +75,27 @@ pub struct EnginePolicy {
     /// Sim-native fallback for CPU-only tasks.
     cpu_only: Hami,
     next_uid: u64,
+    /// The pairing term's weight and horizon (`FragScoreConfig::pair`), and the sharing
+    /// tasks seen so far: what the extender learns from the pods it sees.
+    pair: (f64, f64, Matching),
+    supply: Arc<HoleSupply>,
 }
 
 impl EnginePolicy {
     pub fn new(init: &PolicyInit<'_>, mode: EngineMode) -> Self {
+        Self::with_config(init, mode, FragScoreConfig::default())
+    }
+
+    /// [`EnginePolicy::new`] with the `frag` score tuned by `cfg` (`engine-frag:key=value`,
+    /// as `hami-frag:key=value`; M is the variant's at the default coverage).
+    pub fn with_config(init: &PolicyInit<'_>, mode: EngineMode, cfg: FragScoreConfig) -> Self {
         let (node_policy, gpu_policy, hami) = match mode {
             EngineMode::Binpack => (NodePolicy::Binpack, "binpack", HamiMode::Binpack),
             EngineMode::Spread => (NodePolicy::Spread, "spread", HamiMode::Spread),
             EngineMode::Frag => (NodePolicy::Frag, "frag", HamiMode::Binpack),
         };
         let frag = (mode == EngineMode::Frag).then(|| {
-            let scoring = FragScoring::new(
-                init.workload.clone(),
-                FragScoreConfig::default(),
-                init.gpus_per_model,
-            );
+            let scoring = FragScoring::new(init.workload.clone(), cfg, init.gpus_per_model);
             let types = (0..init.gpus_per_model.len()).map(|m| (device_type(m as u8), m as u8));
             Arc::new(FragModel::with_scoring(scoring, types))
         });
@@ -106,7 +113,24 @@ impl EnginePolicy {
             plans: vec![None; init.n_types],
             cpu_only: Hami::new(hami),
             next_uid: 0,
+            pair: (cfg.pair, cfg.pair_horizon, cfg.pair_matching),
+            supply: Arc::default(),
         }
+    }
+
+    /// The pairing term for `task`, counting it as seen (as `hami-frag` does).
+    fn pairing_for(&mut self, task: &Task) -> Option<Arc<Pairing>> {
+        let (weight, horizon, matching) = self.pair;
+        if self.mode != EngineMode::Frag || weight == 0.0 || !task.is_sharing() {
+            return None;
+        }
+        Arc::make_mut(&mut self.supply).observe(task.milli);
+        Some(Arc::new(Pairing {
+            weight,
+            horizon,
+            matching,
+            supply: self.supply.clone(),
+        }))
     }
 
     pub fn mode(&self) -> EngineMode {
@@ -238,6 +262,7 @@ impl Policy for EnginePolicy {
         let Some(plan) = self.plan_for(task) else {
             return self.cpu_only.place(cluster, ranks, task, feasible);
         };
+        let plan = plan.with_pairing(self.pairing_for(task));
         let names = &self.names;
         let candidates = feasible
             .iter()

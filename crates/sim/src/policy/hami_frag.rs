@@ -7,7 +7,7 @@ use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
 use crate::cluster::{Cluster, lowest_fitting_gpus};
 use crate::frag::{FragScoreConfig, FragScorer, reweighted_by_gpu, typical_workload};
-use hami_core::frag::pairing::HoleSupply;
+use hami_core::frag::pairing::{FreeShares, HoleSupply, Matching};
 
 #[derive(Debug)]
 pub struct HamiFrag {
@@ -17,6 +17,7 @@ pub struct HamiFrag {
     supply: HoleSupply,
     pair: f64,
     pair_horizon: f64,
+    pair_matching: Matching,
 }
 
 impl HamiFrag {
@@ -38,6 +39,7 @@ impl HamiFrag {
             supply: HoleSupply::default(),
             pair: cfg.pair,
             pair_horizon: cfg.pair_horizon,
+            pair_matching: cfg.pair_matching,
         }
     }
 }
@@ -65,15 +67,17 @@ impl Policy for HamiFrag {
         };
         let node = if self.pair != 0.0 && task.is_sharing() {
             self.supply.observe(task.milli);
-            let waste = self.supply.waste(
-                cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied()),
+            let waste = self.supply.waste_matched(
+                &FreeShares::of(cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied())),
                 self.pair_horizon,
+                self.pair_matching,
             );
             let weight = self.pair;
             pick_best(feasible, ranks, |n| {
                 let (score, gpu) = score_of(n, self);
                 let gain = gpu.map_or(0.0, |g| {
-                    waste.gain(cluster.nodes[n].gpu_free[g], task.milli)
+                    let free = cluster.nodes[n].gpu_free[g];
+                    waste.gain(free, free - task.milli)
                 });
                 score.map(|s| s + weight * gain)
             })?

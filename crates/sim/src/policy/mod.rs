@@ -91,15 +91,23 @@ pub fn make_policy(name: &str, init: &PolicyInit<'_>) -> Result<Box<dyn Policy>,
         "engine-binpack" => Box::new(EnginePolicy::new(init, EngineMode::Binpack)),
         "engine-spread" => Box::new(EnginePolicy::new(init, EngineMode::Spread)),
         "engine-frag" => Box::new(EnginePolicy::new(init, EngineMode::Frag)),
-        // `hami-frag:key=value,...` selects a tuning variant (experiments).
-        other => match other.strip_prefix("hami-frag:") {
-            Some(spec) => Box::new(HamiFrag::new(
-                init,
-                FragScoreConfig::parse(spec)
-                    .map_err(|e| SimError::Invalid(format!("{other}: {e}")))?,
-            )),
-            None => return Err(SimError::UnknownPolicy(other.to_string())),
-        },
+        // `hami-frag:key=value,...` (and `engine-frag:...`) select a tuning variant.
+        other => {
+            let tuned = |spec: &str| {
+                FragScoreConfig::parse(spec).map_err(|e| SimError::Invalid(format!("{other}: {e}")))
+            };
+            if let Some(spec) = other.strip_prefix("hami-frag:") {
+                Box::new(HamiFrag::new(init, tuned(spec)?))
+            } else if let Some(spec) = other.strip_prefix("engine-frag:") {
+                Box::new(EnginePolicy::with_config(
+                    init,
+                    EngineMode::Frag,
+                    tuned(spec)?,
+                ))
+            } else {
+                return Err(SimError::UnknownPolicy(other.to_string()));
+            }
+        }
     })
 }
 
