@@ -7,13 +7,14 @@
 //! Memory: one small entry per pod (a hash of its UID, the node's number, the two amounts),
 //! about 24 bytes, for every pod of the cluster, GPU or not.
 
-use std::collections::HashSet;
 use std::hash::{BuildHasher, BuildHasherDefault};
 use std::sync::Arc;
 
 use hami_core::ledger::Ledger;
 use hami_core::resources::Resources;
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+
+use crate::uid_set::UidSet;
 
 /// Node number of a pod that counts nowhere.
 const NOWHERE: u32 = u32::MAX;
@@ -175,8 +176,12 @@ impl PodResourceBook {
 
     /// After a relist: forgets the pods not listed, except reservations (their pods may
     /// be newer than the list; they end with their reservation).
-    pub fn retain(&mut self, listed: &HashSet<String>, ledger: &mut Ledger) {
-        let keep: HashSet<u64> = listed.iter().map(|uid| key(uid)).collect();
+    pub fn retain(&mut self, listed: &UidSet, ledger: &mut Ledger) {
+        let mut keep = FxHashSet::default();
+        keep.reserve(listed.len());
+        listed.for_each(|uid| {
+            keep.insert(key(uid));
+        });
         let gone: Vec<u64> = self
             .pods
             .iter()
@@ -268,9 +273,12 @@ mod tests {
         book.apply(seen("a", Some("n1"), 100), &mut ledger);
         book.apply(seen("b", Some("n1"), 200), &mut ledger);
         book.reserve("r", "n1", Resources::new(400, 0), &mut ledger);
-        let listed: HashSet<String> = ["a".to_string()].into();
+        // A UUID is kept by the relist's set as a number and must be found all the same.
+        let uuid = "0f3b5d7e-1111-4222-8333-000000049999";
+        book.apply(seen(uuid, Some("n1"), 1000), &mut ledger);
+        let listed: UidSet = ["a", uuid].into_iter().collect();
         book.retain(&listed, &mut ledger);
-        assert_eq!(requested(&ledger, "n1").cpu_milli, 500);
-        assert_eq!(book.len(), 2);
+        assert_eq!(requested(&ledger, "n1").cpu_milli, 1500);
+        assert_eq!(book.len(), 3);
     }
 }

@@ -44,6 +44,7 @@ use serde_json::Value;
 
 use crate::frag_workload::LiveFrag;
 use crate::pod_resources::{PodRequestsSeen, PodResourceBook};
+use crate::uid_set::UidSet;
 use crate::unschedulable::{Refusal, Unschedulable};
 
 /// Abandoned decisions remembered per pod.
@@ -670,7 +671,7 @@ impl SchedState {
 
     /// After a pod relist: forgets pods that were not listed, except reservations made
     /// while the relist ran (their pods may be newer than the list).
-    pub fn retain_pods(&mut self, listed: &HashSet<String>) {
+    pub fn retain_pods(&mut self, listed: &UidSet) {
         let epoch = self.epoch;
         let fresh = |uid: &str| {
             self.pods.get(uid).is_some_and(
@@ -682,7 +683,7 @@ impl SchedState {
             .pods
             .keys()
             .chain(self.ledger.pods().map(|r| &r.uid))
-            .filter(|uid| !listed.contains(&***uid) && !fresh(uid))
+            .filter(|uid| !listed.contains(uid) && !fresh(uid))
             .cloned()
             .collect();
         for uid in gone {

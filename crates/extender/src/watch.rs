@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use crate::service::unix_now;
 use crate::slim::WatchedPod;
 use crate::state::SchedState;
+use crate::uid_set::UidSet;
 
 /// Which caches have synced, so readiness is reported once all have.
 #[derive(Debug, Clone)]
@@ -224,18 +225,18 @@ pub async fn watch_pods(
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut listed: HashSet<String> = HashSet::new();
+    let mut listed = UidSet::new();
     while let Some(event) = next_event(&mut stream, &shutdown, "pod").await? {
         let now = unix_now();
         let mut st = state.lock_unpoisoned();
         match event {
             Event::Init => {
-                listed.clear();
+                listed = UidSet::new();
                 st.begin_pod_relist();
             }
             Event::InitApply(p) => {
                 if let Some(uid) = &p.metadata.uid {
-                    listed.insert(uid.clone());
+                    listed.insert(uid);
                 }
                 apply_pod(&mut st, &p.into_pod(), now);
             }
@@ -247,7 +248,7 @@ pub async fn watch_pods(
                     holding = st.ledger().pod_count(),
                     "pod cache synced"
                 );
-                listed = HashSet::new();
+                listed = UidSet::new();
                 drop(st);
                 sync.update();
             }

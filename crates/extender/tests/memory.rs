@@ -8,6 +8,7 @@
 //! `cargo test --release -p hami-scheduler --test memory -- --nocapture` prints the table.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::collections::HashSet;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use hami_core::ledger::{Ledger, NodeInventory, PodRecord};
 use hami_core::vendor::{NodeView, VendorRegistry};
 use hami_scheduler::slim::WatchedPod;
 use hami_scheduler::state::SchedState;
+use hami_scheduler::uid_set::UidSet;
 use hami_testkit::scale::{ScaleCluster, node_name};
 use k8s_openapi::api::core::v1::{Node, Pod};
 
@@ -43,10 +45,14 @@ fn node(i: usize) -> Node {
     n
 }
 
+fn pod_uid(i: usize) -> String {
+    format!("0f3b5d7e-1111-4222-8333-{i:012}")
+}
+
 /// Running pod `i` as the pod watch delivers it (slimmed).
 fn pod(i: usize) -> Pod {
     let mut p: WatchedPod = serde_json::from_value(CLUSTER.running_pod(i)).unwrap();
-    p.metadata.uid = Some(format!("0f3b5d7e-1111-4222-8333-{i:012}"));
+    p.metadata.uid = Some(pod_uid(i));
     p.into_pod()
 }
 
@@ -106,6 +112,20 @@ fn measure_part() {
             assert_eq!(st.ledger().pod_count(), PODS);
             assert_eq!(st.counted_pods(), PODS);
             (n, p)
+        }
+        // The pod watch's set of the UIDs a relist showed, as strings (before) and as
+        // kept now: alive at the moment the cache syncs.
+        "relist-strings" => {
+            let start = resident();
+            let listed: HashSet<String> = (0..PODS).map(pod_uid).collect();
+            assert_eq!(listed.len(), PODS);
+            (0, resident() - start)
+        }
+        "relist-uids" => {
+            let start = resident();
+            let listed: UidSet = (0..PODS).map(pod_uid).collect();
+            assert_eq!(listed.len(), PODS);
+            (0, resident() - start)
         }
         other => panic!("unknown part {other}"),
     };
@@ -173,12 +193,28 @@ fn state_of_5000_nodes_and_50000_pods_fits_its_budget() {
         per_pod(state_pods - ledger_pods),
     );
     row("total", state_nodes + state_pods, 0);
+    let (_, relist_strings) = measured("relist-strings");
+    let (_, relist_uids) = measured("relist-uids");
+    row(
+        "relist's set of listed UIDs, as strings (before)",
+        relist_strings,
+        per_pod(relist_strings),
+    );
+    row(
+        "relist's set of listed UIDs, `UidSet`",
+        relist_uids,
+        per_pod(relist_uids),
+    );
     // Budgets with some room over what this code measures; a regression past them is
     // worth a look before it reaches the bench's RSS.
     assert!(
         per_node(state_nodes) < 3_700,
         "{} bytes per node",
         per_node(state_nodes)
+    );
+    assert!(
+        relist_uids * 3 < relist_strings * 2,
+        "the relist's set: {relist_uids} bytes, {relist_strings} as strings"
     );
     assert!(
         per_pod(state_pods) < 440,
