@@ -184,21 +184,19 @@ impl Extender {
         // A failed annotation write is the cause to report even when the lock failed
         // too (a fault that fails one write often fails both).
         if let Err(f) = written {
-            if matches!(&took, Ok(Some(a)) if *a != Acquired::Reentered) {
-                self.release_lock(node, ns, name).await;
-            }
-            return Err(f);
+            let release_shared = matches!(&took, Ok(Some(a)) if *a != Acquired::Reentered);
+            return self
+                .give_back(f, (ns, name, uid, node), release_shared, &[])
+                .await;
         }
         let took = took?;
         let release_shared = took.as_ref().is_some_and(|a| *a != Acquired::Reentered);
         let mut stamped = Vec::new();
         for (key, expiry) in &locks.stamps {
             if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
-                self.release_stamp_locks(node, &stamped).await;
-                if release_shared {
-                    self.release_lock(node, ns, name).await;
-                }
-                return Err(f);
+                return self
+                    .give_back(f, (ns, name, uid, node), release_shared, &stamped)
+                    .await;
             }
             stamped.push(key.clone());
         }
@@ -226,13 +224,70 @@ impl Extender {
                 ),
             ))
         };
-        if bound.is_err() {
-            self.release_stamp_locks(node, &stamped).await;
-            if release_shared {
-                self.release_lock(node, ns, name).await;
+        match bound {
+            Ok(()) => Ok(()),
+            Err(f) => {
+                self.give_back(f, (ns, name, uid, node), release_shared, &stamped)
+                    .await
             }
         }
-        bound
+    }
+
+    /// The failure path of a bind that holds node locks: gives back the node lock (when
+    /// `release_shared`: this bind took it) and the vendors' `stamped` locks, unless the
+    /// pod still needs them (`docs/extender.md#node-lock-takeover`):
+    ///
+    /// - another bind of the same pod is in flight here (kube-scheduler sends /bind again
+    ///   once its call timed out, while the first still waits): it re-entered this lock
+    ///   and may be creating the Binding now (the vendors' locks, which it cannot have
+    ///   entered, are given back); or
+    /// - the pod is bound to `node`, by such a bind or by this one's own Binding, which the
+    ///   API server made though its answer failed or came too late. Its lock then waits
+    ///   for kubelet's Allocate: released, it went to the next pod bound there, and the
+    ///   device plugin answered this pod's Allocate with that pod's devices, each pod on
+    ///   the node one off after it (`docs/architecture.md#chaos-run`).
+    ///
+    /// A pod bound here under this very UID is bound: the bind is answered as done. When
+    /// the pod cannot be read, the locks stay; the lock sweep releases them within
+    /// seconds if nobody needs them.
+    async fn give_back(
+        &self,
+        failure: Failure,
+        (ns, name, uid, node): (&str, &str, &str, &str),
+        release_shared: bool,
+        stamped: &[String],
+    ) -> Result<(), Failure> {
+        // Checked before the read: a bind of the pod that ends after this check created
+        // its Binding (if any) before it ended, so the read below shows it.
+        if self.binds.others_binding(ns, name) {
+            // The vendors' locks are not re-entrant: the other bind waits for these.
+            self.release_stamp_locks(node, stamped).await;
+            tracing::info!(pod = %format!("{ns}/{name}"), %node, error = %failure.message, "bind failed while another bind of the pod is in flight; the node lock is left to it");
+            return Err(failure);
+        }
+        let pods: Api<Pod> = Api::namespaced(self.api.get(), ns);
+        match pods.get_opt(name).await {
+            Ok(Some(p)) if hami_core::pod::bound_node(&p) == Some(node) => {
+                if p.metadata.uid.as_deref() == Some(uid) {
+                    tracing::info!(pod = %format!("{ns}/{name}"), %node, error = %failure.message, "the pod is bound to the node after all; the bind stands and its lock waits for the device plugin");
+                    return Ok(());
+                }
+                // Its successor under the same name, bound here: the lock (which names
+                // pods by name) may be that pod's own.
+                tracing::info!(pod = %format!("{ns}/{name}"), %node, "the pod of this name bound to the node is another one; its node lock is left alone");
+                return Err(failure);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), %node, error = %e, "cannot read the pod after a failed bind; its node locks stay until the lock sweep judges them");
+                return Err(failure);
+            }
+        }
+        self.release_stamp_locks(node, stamped).await;
+        if release_shared {
+            self.release_lock(node, ns, name).await;
+        }
+        Err(failure)
     }
 
     /// Marks the pod and creates the Binding, with the node lock held.

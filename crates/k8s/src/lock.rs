@@ -197,6 +197,18 @@ impl LocalBinds {
             .contains_key(&(namespace.to_string(), name.to_string()))
     }
 
+    /// Whether a bind of pod `namespace/name` other than the caller's own is in flight
+    /// here; the caller's bind is marked ([`LocalBinds::start`]). Two binds of one pod
+    /// share its node lock (the second re-enters it), so the one that fails must leave
+    /// the lock to the other (`docs/extender.md#node-lock-takeover`).
+    pub fn others_binding(&self, namespace: &str, name: &str) -> bool {
+        self.in_flight
+            .lock_unpoisoned()
+            .binds
+            .get(&(namespace.to_string(), name.to_string()))
+            .is_some_and(|n| *n > 1)
+    }
+
     /// Starts a read of owner pod `namespace/name`; taken before the read is sent.
     fn read_owner(&self, namespace: &str, name: &str) -> OwnerRead<'_> {
         let key = (namespace.to_string(), name.to_string());

@@ -651,3 +651,21 @@ async fn a_stale_unlocked_view_never_takes_a_live_lock() {
     assert!(err.to_string().contains("default/b"), "{err}");
     assert_eq!(lock_value(&client).await, Some(taken));
 }
+
+#[test]
+fn a_second_bind_of_the_same_pod_is_seen_by_the_first() {
+    let binds = LocalBinds::sole();
+    let first = binds.start("default", "a");
+    assert!(
+        !binds.others_binding("default", "a"),
+        "only the caller's own"
+    );
+    let second = binds.start("default", "a");
+    let other_pod = binds.start("default", "b");
+    assert!(binds.others_binding("default", "a"));
+    assert!(!binds.others_binding("default", "b"));
+    drop(second);
+    assert!(!binds.others_binding("default", "a"));
+    drop((first, other_pod));
+    assert!(!binds.is_binding("default", "a"));
+}
