@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
-use hami_core::sync::MutexExt;
 use futures::future::BoxFuture;
+use hami_core::sync::MutexExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -235,8 +235,12 @@ async fn serve_offloaded(
     // runtime stopped first) leaves it here.
     let handoff = Arc::new(Mutex::new(Some(socket)));
     let served = runtime.handle().spawn({
-        let (handoff, handler, shutdown, opts) =
-            (handoff.clone(), handler.clone(), shutdown.clone(), opts.clone());
+        let (handoff, handler, shutdown, opts) = (
+            handoff.clone(),
+            handler.clone(),
+            shutdown.clone(),
+            opts.clone(),
+        );
         async move {
             let Some(socket) = handoff.lock_unpoisoned().take() else {
                 return;
@@ -354,7 +358,10 @@ mod tests {
         let answer = http_request(addr, request("GET", "/metrics", "").unwrap())
             .await
             .unwrap();
-        assert_eq!((answer.status, answer.text()), (StatusCode::OK, "normal\n".into()));
+        assert_eq!(
+            (answer.status, answer.text()),
+            (StatusCode::OK, "normal\n".into())
+        );
         server.await.unwrap();
     }
 }

@@ -199,7 +199,8 @@ pub fn supervise_admin_with(
     };
     let offload = lowest.clone();
     sup.spawn("admin server", move |stop| {
-        let (state, more, tls, offload) = (state.clone(), more.clone(), tls.clone(), offload.clone());
+        let (state, more, tls, offload) =
+            (state.clone(), more.clone(), tls.clone(), offload.clone());
         let listener = listener.tokio();
         async move {
             let listener = listener.map_err(|e| format!("listener: {e}"))?;

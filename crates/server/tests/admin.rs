@@ -360,5 +360,8 @@ async fn the_metrics_thread_ending_is_reported_and_it_is_restarted() {
     assert_eq!(after[1], "idle\n", "on the restarted thread");
     served.shutdown.cancel();
     served.task.await.unwrap().unwrap();
-    assert!(served.metrics_serve.current().is_none(), "stopped with the rest");
+    assert!(
+        served.metrics_serve.current().is_none(),
+        "stopped with the rest"
+    );
 }
