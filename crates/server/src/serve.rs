@@ -330,8 +330,7 @@ async fn guarded(handler: Handler, req: Request<Incoming>) -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::low_priority::this_thread_is_idle_class;
-    use crate::test_support::{http_request, request};
+    use crate::test_support::{cpu_class_handler, http_request, request};
 
     /// A connection handed to a runtime that has stopped is served here, not dropped.
     #[tokio::test]
@@ -344,14 +343,7 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
             let (stream, peer) = listener.accept().await.unwrap();
-            let handler = handler_fn(|_| async {
-                let class = if this_thread_is_idle_class() {
-                    "idle"
-                } else {
-                    "normal"
-                };
-                respond::text(StatusCode::OK, class)
-            });
+            let handler = cpu_class_handler();
             let (opts, shutdown) = (ServeOptions::default(), CancellationToken::new());
             serve_offloaded(stream, peer, handler, shutdown, opts, runtime).await;
         });

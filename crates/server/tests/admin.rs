@@ -12,7 +12,7 @@ use hami_server::admin::{
 use hami_server::listener::Relistener;
 use hami_server::low_priority::{LowPrioritySlot, this_thread_is_idle_class};
 use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, supervise_admin_with};
-use hami_server::test_support::{TestCa, http_request, https_request, request};
+use hami_server::test_support::{TestCa, cpu_class_handler, http_request, https_request, request};
 use hami_server::{Handler, TlsConfig, handler_fn, respond};
 use http_body_util::BodyExt;
 use hyper::StatusCode;
@@ -268,14 +268,7 @@ async fn a_scrape_is_served_at_the_lowest_priority_after_its_copy() {
     let seen = Arc::new(std::sync::Mutex::new(vec![]));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(NotesPriority(seen.clone())));
-    let more = handler_fn(|_| async move {
-        let class = if this_thread_is_idle_class() {
-            "idle"
-        } else {
-            "normal"
-        };
-        respond::text(StatusCode::OK, class)
-    });
+    let more = cpu_class_handler();
     let served = serve_more(registry, more, TlsConfig::None).await;
     let addr = served.addr;
     wait_for(|| served.metrics_serve.current().is_some()).await;
@@ -316,14 +309,7 @@ async fn readyz(addr: std::net::SocketAddr) -> (StatusCode, String) {
 /// restart scrapes are served on the lowest-priority thread again.
 #[tokio::test]
 async fn the_metrics_thread_ending_is_reported_and_it_is_restarted() {
-    let more = handler_fn(|_| async move {
-        let class = if this_thread_is_idle_class() {
-            "idle"
-        } else {
-            "normal"
-        };
-        respond::text(StatusCode::OK, class)
-    });
+    let more = cpu_class_handler();
     let served = serve_more(Registry::default(), more, TlsConfig::None).await;
     let addr = served.addr;
     wait_for(|| served.metrics_serve.current().is_some()).await;
