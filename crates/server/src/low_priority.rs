@@ -3,7 +3,9 @@
 //! is preempted at once when a normal thread wakes up (a thread merely at `nice 19` may
 //! keep the CPU for its time slice first, a millisecond or more). Used for a `/metrics`
 //! scrape: its page formatting ([`crate::admin::lower_encoding_priority`]) and its body
-//! writes ([`LowPriorityRuntime`]) (`docs/extender.md#metrics`).
+//! writes ([`LowPriorityRuntime`]) (`docs/extender.md#metrics`). The runtime's thread is
+//! kept running by a supervised task ([`LowPrioritySlot::run`],
+//! `docs/architecture.md#supervision`).
 //!
 //! A thread cannot come back from `SCHED_IDLE` without privileges, and a thread it starts
 //! inherits it: whatever takes a lock a request thread waits for must not run on it.
