@@ -138,8 +138,8 @@ struct Served {
 }
 
 /// Serves the admin routes of `registry` and `more` over `tls`, `/metrics` connections at
-/// the lowest priority, supervised as the scheduler does (a task restarted a second after
-/// it stopped).
+/// the lowest priority, supervised as the scheduler does (a task restarted two seconds
+/// after it stopped: time to look at it while it is down, on a loaded machine too).
 async fn serve_more(registry: Registry, more: Handler, tls: TlsConfig) -> Served {
     let readiness = Readiness::ready();
     let state = AdminState {
@@ -150,8 +150,8 @@ async fn serve_more(registry: Registry, more: Handler, tls: TlsConfig) -> Served
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
     let policy = RestartPolicy {
-        initial_delay: Duration::from_secs(1),
-        max_delay: Duration::from_secs(1),
+        initial_delay: Duration::from_secs(2),
+        max_delay: Duration::from_secs(2),
         ..RestartPolicy::default()
     };
     let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), policy);
@@ -318,7 +318,7 @@ async fn the_metrics_thread_ending_is_reported_and_it_is_restarted() {
 
     first.shut_down();
     assert_eq!(first.ended().await, "its runtime was shut down");
-    // The restart comes a second later (`serve_more`): the window to look in.
+    // The restart comes two seconds later (`serve_more`): the window to look in.
     wait_for(|| served.readiness.check().is_err()).await;
     let (status, down) = readyz(addr).await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{down}");
