@@ -1,4 +1,4 @@
-//! Where a run's idle GPU sits at arrived = 100 % (`docs/simulator.md#where-the-idle-gpu-is`):
+//! Where a run's idle GPU sits at arrived = 100 % (`docs/simulator.md#our-policy-hami-frag`):
 //! replays one seed of one policy, stops at the first arrival that brings the arrived GPU
 //! request to the cluster's capacity, and classifies every GPU with free share by whether any
 //! task shape of the trace could still use it.
