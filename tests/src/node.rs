@@ -183,7 +183,7 @@ impl EmulatedNode {
             Some(v) => v.plugin(self.plugin_cfg.clone(), client.clone(), metrics)?,
             None => {
                 let backend = Arc::new(FakeBackend::new(&self.device_file));
-                let events = hami_k8s::events::Recorder::start(
+                let events = hami_k8s::events::Recorder::new(
                     client.clone(),
                     "hami-device-plugin",
                     &self.spec.name,

@@ -143,6 +143,26 @@ impl Node_ {
         self.node.kubelet.admit(&pod).await
     }
 
+    /// Admits pod `name` of one container `container` with one GPU: that container's
+    /// Allocate answer.
+    async fn admit_one(
+        &self,
+        name: &str,
+        container: &str,
+        to_allocate: &str,
+    ) -> ContainerAllocateResponse {
+        let containers = json!([gpu_container(container, 1)]);
+        let admitted = self.admit(name, containers, to_allocate).await.unwrap();
+        admitted.get(container, RESOURCE).unwrap().response.clone()
+    }
+
+    /// Why kubelet refused pod `name` of one container with one GPU.
+    async fn refused_one(&self, name: &str, to_allocate: &str) -> String {
+        let containers = json!([gpu_container("c", 1)]);
+        let refused = self.admit(name, containers, to_allocate).await;
+        refused.unwrap_err().to_string()
+    }
+
     /// Stops the plugin gracefully (it must end without error); the node stays up
     /// while the caller holds it.
     async fn stop(self) -> PluginNode {
@@ -289,12 +309,8 @@ async fn registers_allocates_cu_masks_per_container_and_releases_after_the_last(
 
     // The next pod's CUs are first-fit after what live pods hold.
     let value = format!("{GPU1},{MODEL},4096,10:;");
-    let admitted = n
-        .admit("infer", json!([gpu_container("c", 1)]), &value)
-        .await
-        .unwrap();
-    let c = &admitted.get("c", RESOURCE).unwrap().response;
-    assert_eq!(env(c)["HSA_CU_MASK"], "0:76-85");
+    let c = n.admit_one("infer", "c", &value).await;
+    assert_eq!(env(&c)["HSA_CU_MASK"], "0:76-85");
 
     n.stop().await;
 }
@@ -318,11 +334,7 @@ async fn overlapping_cu_records_refuse_the_pod_and_kubelet_restart_re_registers(
             .unwrap();
     }
     let value = format!("{GPU0},{MODEL},4096,10:;");
-    let err = n
-        .admit("new", json!([gpu_container("c", 1)]), &value)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = n.refused_one("new", &value).await;
     assert!(err.contains("CUs 0-9 are held by two pods"), "{err}");
     let ann = n.annotations("new").await;
     assert_eq!(ann["hami.io/bind-phase"], "failed");
@@ -394,19 +406,11 @@ async fn cpx_partitions_register_and_allocate_as_devices() {
 
     // The rest of partition 3, then nothing left of it.
     let value = format!("{p3},{MODEL},8192,19:;");
-    let admitted = n
-        .admit("rest", json!([gpu_container("b", 1)]), &value)
-        .await
-        .unwrap();
-    let b = &admitted.get("b", RESOURCE).unwrap().response;
-    assert_eq!(env(b)["HSA_CU_MASK"], "0:19-37");
-    assert_eq!(env(b)["ROCR_VISIBLE_DEVICES"], "GPU-1407000000000300");
+    let b = n.admit_one("rest", "b", &value).await;
+    assert_eq!(env(&b)["HSA_CU_MASK"], "0:19-37");
+    assert_eq!(env(&b)["ROCR_VISIBLE_DEVICES"], "GPU-1407000000000300");
     let value = format!("{p3},{MODEL},1024,1:;");
-    let err = n
-        .admit("none-left", json!([gpu_container("c", 1)]), &value)
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = n.refused_one("none-left", &value).await;
     assert!(
         err.contains(&format!("device {p3}: 1 CUs wanted, only 0 of 38 free")),
         "{err}"

@@ -107,6 +107,8 @@ pub mod tasks {
     pub const PUBLISHER: &str = "inventory publisher";
     /// The backend's watch of device health and of the device list.
     pub const HEALTH: &str = "device health watch";
+    /// Writing the Warning events of failed allocations ([`crate::Plugin::with_events`]).
+    pub const EVENTS: &str = "event writer";
 }
 
 /// A device plugin ready to run.
@@ -164,7 +166,8 @@ impl Plugin {
         })
     }
 
-    /// Writes a Warning event on pods whose allocation fails.
+    /// Writes a Warning event on pods whose allocation fails (the recorder's writer runs
+    /// as the supervised task [`tasks::EVENTS`]).
     pub fn with_events(mut self, events: hami_k8s::events::Recorder) -> Self {
         if let Some(shared) = Arc::get_mut(&mut self.shared) {
             shared.events = Some(events);
@@ -230,6 +233,10 @@ impl Plugin {
                 Ok::<(), std::convert::Infallible>(())
             }
         });
+        if let Some(events) = &self.shared.events {
+            let writer = events.writer();
+            sup.spawn(tasks::EVENTS, move |stop| writer.clone().run(stop));
+        }
         let (shared, backend) = (self.shared, self.backend);
         sup.spawn(tasks::HEALTH, move |stop| {
             watch_devices(shared.clone(), backend.clone(), stop)

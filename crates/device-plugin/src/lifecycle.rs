@@ -18,6 +18,7 @@ use hami_kubelet_api::v1beta1::device_plugin_server::DevicePluginServer;
 use hami_kubelet_api::v1beta1::registration_client::RegistrationClient;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Interval;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -74,15 +75,26 @@ pub(crate) async fn run(
     let (fs_tx, mut fs_rx) = mpsc::channel::<()>(1);
     // Kept alive for the whole loop; events only say "look again".
     let watcher = watch_directory(&shared.dir_watcher, &shared.cfg.plugin_dir, fs_tx.clone());
-    if watcher.is_none() {
-        tokio::spawn(poll(fs_tx, shutdown.clone()));
-    }
+    // Without inotify the directory is checked on a timer, in this loop: a task of its
+    // own could end unseen and leave a kubelet restart unnoticed.
+    let mut poll = watcher.is_none().then(|| {
+        let mut tick = tokio::time::interval(POLL_FALLBACK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick
+    });
     let mut crashes = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     loop {
         let stop = shutdown.child_token();
         let (server, ours) = start_server(&shared, stop.clone())?;
-        let (outcome, server) =
-            serve_until_restart(&shared, &status, &shutdown, server, ours, &mut fs_rx).await;
+        let (outcome, server) = serve_until_restart(
+            &shared,
+            &status,
+            &shutdown,
+            server,
+            ours,
+            (&mut fs_rx, &mut poll),
+        )
+        .await;
         stop.cancel();
         status.send_modify(|s| s.registered = false);
         if let Some(server) = server {
@@ -119,7 +131,7 @@ async fn serve_until_restart(
     shutdown: &CancellationToken,
     mut server: Server,
     ours: Option<FileId>,
-    fs_rx: &mut mpsc::Receiver<()>,
+    (fs_rx, poll): (&mut mpsc::Receiver<()>, &mut Option<Interval>),
 ) -> (Restart, Option<Server>) {
     let cfg = &shared.cfg;
     let mut registered_with: Option<FileId> = None;
@@ -166,7 +178,7 @@ async fn serve_until_restart(
                     }
                 }
             }
-            Some(()) = fs_rx.recv() => {
+            () = look_again(fs_rx, poll) => {
                 if file_id(&cfg.socket_path()) != ours {
                     return (Restart::Again("our socket was removed or replaced"), Some(server));
                 }
@@ -278,12 +290,53 @@ fn watch_directory(watcher: &DirWatcher, dir: &Path, tx: mpsc::Sender<()>) -> Op
     }
 }
 
-async fn poll(tx: mpsc::Sender<()>, shutdown: CancellationToken) {
-    let mut tick = tokio::time::interval(POLL_FALLBACK);
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = tick.tick() => { let _ = tx.try_send(()); }
+/// Resolves when the plugin directory may have changed: an inotify event, or the
+/// fallback timer's tick when there is no inotify watch.
+async fn look_again(fs_rx: &mut mpsc::Receiver<()>, poll: &mut Option<Interval>) {
+    match poll {
+        Some(tick) => {
+            tick.tick().await;
         }
+        // `run` holds a sender for as long as it reads here: the channel stays open.
+        None => {
+            if fs_rx.recv().await.is_none() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOON: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn without_inotify_the_timer_says_look_again() {
+        let (_tx, mut rx) = mpsc::channel(1);
+        let mut poll = Some(tokio::time::interval(Duration::from_millis(10)));
+        for _ in 0..3 {
+            tokio::time::timeout(SOON, look_again(&mut rx, &mut poll))
+                .await
+                .expect("a tick with no directory event");
+        }
+    }
+
+    #[tokio::test]
+    async fn with_inotify_an_event_says_look_again_and_nothing_else_does() {
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.try_send(()).unwrap();
+        tokio::time::timeout(SOON, look_again(&mut rx, &mut None))
+            .await
+            .expect("the event");
+        drop(tx);
+        let quiet = Duration::from_millis(50);
+        assert!(
+            tokio::time::timeout(quiet, look_again(&mut rx, &mut None))
+                .await
+                .is_err(),
+            "a closed channel is no reason to look again (and no busy loop)"
+        );
     }
 }

@@ -136,7 +136,7 @@ pub fn start_plugin(
     let mut registry = Registry::default();
     let metrics = crate::Metrics::register(&mut registry);
     let events =
-        hami_k8s::events::Recorder::start(client.clone(), "hami-device-plugin", &cfg.node_name);
+        hami_k8s::events::Recorder::new(client.clone(), "hami-device-plugin", &cfg.node_name);
     let plugin = Plugin::new(cfg, backend, client, metrics)?
         .with_events(events)
         .with_hook(hook);

@@ -15,14 +15,14 @@ use hami_core::codec::decode_node_lock;
 use hami_core::engine::PodPlan;
 use hami_core::sync::MutexExt;
 use hami_core::vendor::NodeLocks;
+use hami_k8s::binding;
 use hami_k8s::events::{EventType, Subject};
 use hami_k8s::lock::{self, Acquired, LOCKED_BIND_LIMIT, LockError};
 use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
 use hami_k8s::vendor_lock;
 use hami_server::flags::format_go_duration;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
-use serde_json::json;
+use kube::api::Api;
 use tracing::Instrument;
 
 use crate::bind_mark;
@@ -266,22 +266,9 @@ impl Extender {
         uid: &str,
         node: &str,
     ) -> Result<(), Failure> {
-        let binding = json!({
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": ns, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}
-        });
-        let pods: Api<Pod> = Api::namespaced(self.api.get(), ns);
-        pods.create_subresource::<_, serde_json::Value>(
-            "binding",
-            name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-        .map(|_| ())
-        .map_err(|e| api_failure(&e, format!("could not bind pod {ns}/{name} to {node}: {e}")))
+        binding::create_binding(&self.api.get(), PodRef::new(ns, name, uid), node)
+            .await
+            .map_err(|e| api_failure(&e, format!("could not bind pod {ns}/{name} to {node}: {e}")))
     }
 
     /// A pod without a reservation: fine if it asks for no managed device (kube-scheduler

@@ -191,10 +191,12 @@ async fn serve_connected(
         .map(|lease| lease.identity.clone())
         .filter(|id| !id.is_empty())
         .unwrap_or_else(|| svc.settings.scheduler_name.clone());
-    let events = Recorder::start(client.clone(), &svc.settings.scheduler_name, &instance);
+    let events = Recorder::new(client.clone(), &svc.settings.scheduler_name, &instance);
     let (changes, _) = watch::channel(0u64);
     let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness.clone());
     let mut sup = Supervisor::new(readiness, shutdown, svc.restart);
+    let writer = events.writer();
+    sup.spawn("event writer", move |stop| writer.clone().run(stop));
 
     let leadership = match &svc.leader_lease {
         None => {

@@ -1,5 +1,6 @@
 //! A non-blocking recorder of core/v1 Events: callers on hot paths (Filter, Bind, Allocate)
-//! hand the event to a background task and never wait for the API server. Events are
+//! hand the event to a background task (a supervised [`EventWriter`]) and never wait for
+//! the API server. Events are
 //! best effort, as in client-go: when the queue is full or a write fails, the event is
 //! dropped and logged.
 
@@ -11,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
 
 /// Events waiting to be written before new ones are dropped.
 const QUEUE: usize = 1024;
@@ -72,28 +74,36 @@ struct Pending {
 /// behind one slow API round trip each.
 const IN_FLIGHT: usize = 8;
 
-/// Hands events to a background writer. Cheap to clone.
+/// Hands events to a background writer ([`Recorder::writer`]). Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Recorder {
     tx: mpsc::Sender<Pending>,
     dropped: Arc<AtomicU64>,
+    writer: EventWriter,
 }
 
 impl Recorder {
-    /// Starts the writer task; `component` is the event source (e.g. `hami-scheduler`)
-    /// and `instance` this process (pod name or host name).
-    pub fn start(client: Client, component: &str, instance: &str) -> Self {
+    /// A recorder whose events [`Recorder::writer`] writes, a long-running task its owner
+    /// runs supervised (until it runs, and while it restarts, events queue); `component`
+    /// is the event source (e.g. `hami-scheduler`) and `instance` this process (pod name
+    /// or host name).
+    pub fn new(client: Client, component: &str, instance: &str) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(write_events(
-            client,
-            component.to_string(),
-            instance.to_string(),
-            rx,
-        ));
         Recorder {
             tx,
             dropped: Arc::default(),
+            writer: EventWriter {
+                client,
+                component: component.into(),
+                instance: instance.into(),
+                queue: Arc::new(tokio::sync::Mutex::new(rx)),
+            },
         }
+    }
+
+    /// The task that writes the queued events.
+    pub fn writer(&self) -> EventWriter {
+        self.writer.clone()
     }
 
     /// Events dropped so far because the queue was full.
@@ -128,25 +138,61 @@ impl Recorder {
     }
 }
 
-async fn write_events(
+/// Writes a [`Recorder`]'s queued events: [`EventWriter::run`] is a supervised task, and
+/// a run started after another ended goes on with the same queue.
+#[derive(Clone)]
+pub struct EventWriter {
     client: Client,
-    component: String,
-    instance: String,
-    mut rx: mpsc::Receiver<Pending>,
-) {
-    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
-    while let Some(p) = rx.recv().await {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let event = build_event(&p, &component, &instance);
+    component: Arc<str>,
+    instance: Arc<str>,
+    queue: Arc<tokio::sync::Mutex<mpsc::Receiver<Pending>>>,
+}
+
+impl std::fmt::Debug for EventWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventWriter")
+            .field("component", &self.component)
+            .field("instance", &self.instance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventWriter {
+    /// Writes events as they are queued until `stop` is cancelled; each write on a task
+    /// of its own, a few at once. Never fails: a failed write is logged and dropped.
+    pub async fn run(self, stop: CancellationToken) -> Result<(), std::convert::Infallible> {
+        let mut queue = self.queue.clone().lock_owned().await;
+        let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+        loop {
+            let next = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                next = queue.recv() => next,
+            };
+            let Some(p) = next else {
+                // Every recorder is gone: nothing more will come.
+                stop.cancelled().await;
+                return Ok(());
+            };
+            let slot = tokio::select! {
+                () = stop.cancelled() => return Ok(()),
+                slot = slots.clone().acquire_owned() => slot,
+            };
+            let Ok(slot) = slot else {
+                return Ok(());
+            };
+            self.write(p, slot);
+        }
+    }
+
+    fn write(&self, p: Pending, slot: tokio::sync::OwnedSemaphorePermit) {
+        let event = build_event(&p, &self.component, &self.instance);
         // Node events live in `default`, as kubelet's and kube-scheduler's do.
         let namespace = p
             .subject
             .namespace
             .clone()
             .unwrap_or_else(|| "default".into());
-        let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &namespace);
         tokio::spawn(async move {
             if let Err(e) = api.create(&PostParams::default(), &event).await {
                 tracing::warn!(

@@ -1,5 +1,6 @@
 //! hami-k8s: the Kubernetes glue every hami-rs service shares.
 //!
+//! - [`binding`]: the Binding of a pod to a node, naming the pod's UID.
 //! - [`client`]: finding the API server the standard way (in-cluster, else `KUBECONFIG`).
 //! - [`lock`]: HAMi's node lock (`hami.io/mutex.lock`) with owners, expiry, re-entrancy and
 //!   takeover of dangling locks, every write guarded by the node's resourceVersion.
@@ -10,6 +11,7 @@
 //! - [`quotas`]: the namespaces' ResourceQuota limits on device resources, watch-fed.
 //! - [`watch`]: which watch errors no retry fixes (they end a supervised watch).
 
+pub mod binding;
 pub mod client;
 pub mod events;
 pub mod lock;

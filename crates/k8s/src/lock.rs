@@ -315,14 +315,15 @@ pub async fn try_acquire_with(
     timeout: Duration,
     binds: &LocalBinds,
 ) -> Result<Acquired, LockError> {
-    acquire(client, node, namespace, pod, timeout, Some(binds), None).await
+    try_acquire_seen_unlocked(client, node, namespace, pod, timeout, binds, "").await
 }
 
 /// [`try_acquire_with`] starting from what a watch of the node last showed: no lock at
 /// `resourceVersion` `unlocked_at`. The first write is guarded by that version, with no
 /// read before it; the API server refuses it (409) if the node changed since, and only
 /// then is the node read afresh and the lock judged as usual. A stale view costs one
-/// refused write, never a lock taken from someone (`docs/extender.md#flow`).
+/// refused write, never a lock taken from someone (`docs/extender.md#flow`). An empty
+/// `unlocked_at` is no view: the node is read first ([`try_acquire_with`]).
 pub async fn try_acquire_seen_unlocked(
     client: &Client,
     node: &str,

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use hami_core::annotations::{BIND_PHASE, NODE_LOCK};
+use hami_k8s::binding;
 use hami_k8s::lock::{self, Acquired, LocalBinds, LockError, Released, Takeover};
+use hami_k8s::patch::PodRef;
 use hami_testkit::{ApiServer, Fault};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, PostParams};
@@ -39,19 +41,10 @@ async fn create_pod(client: &Client, name: &str, annotations: serde_json::Value)
 /// Binds pod `name` to node n1, as the scheduler's Binding does.
 async fn bind_to_n1(client: &Client, name: &str) {
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": name, "namespace": "default"},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    });
-    pods.create_subresource::<_, serde_json::Value>(
-        "binding",
-        name,
-        &PostParams::default(),
-        &binding,
-    )
-    .await
-    .unwrap();
+    let uid = pods.get(name).await.unwrap().metadata.uid.unwrap();
+    binding::create_binding(client, PodRef::new("default", name, &uid), "n1")
+        .await
+        .unwrap();
 }
 
 async fn lock_value(client: &Client) -> Option<String> {

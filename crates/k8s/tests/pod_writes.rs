@@ -3,6 +3,7 @@
 //! one; [`is_replaced`] tells that refusal apart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use hami_k8s::binding::create_binding;
 use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, is_not_found, is_replaced, patch_pod};
 use hami_testkit::ApiServer;
 use k8s_openapi::api::core::v1::Pod;
@@ -85,22 +86,11 @@ async fn patches_land_on_the_pod_they_name_and_never_on_its_successor() {
 
 #[tokio::test]
 async fn bindings_and_deletes_naming_a_dead_pod_are_refused_as_replaced() {
-    let (_server, _client, pods) = setup().await;
+    let (_server, client, pods) = setup().await;
     create(&pods, "db-0").await;
     let dead = replace(&pods, "db-0").await;
     let uid = dead.metadata.uid.clone().unwrap();
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": "db-0", "namespace": "default", "uid": uid},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": "n1"}
-    });
-    let err = pods
-        .create_subresource::<_, serde_json::Value>(
-            "binding",
-            "db-0",
-            &PostParams::default(),
-            &binding,
-        )
+    let err = create_binding(&client, PodRef::new("default", "db-0", &uid), "n1")
         .await
         .unwrap_err();
     assert!(is_replaced(&err), "{err}");

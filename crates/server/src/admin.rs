@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::low_priority::{LowPriorityRuntime, lower_this_thread};
+use crate::low_priority::{LowPrioritySlot, lower_this_thread};
 use crate::metrics_page::{PageEncoding, encode_page};
 use crate::respond;
 use crate::serve::{
@@ -239,34 +239,25 @@ pub async fn serve_admin(
 }
 
 /// Serves the admin routes and `more` (see [`admin_handler_with`]), over `tls`, until
-/// `shutdown` is cancelled; `/metrics` connections at `priority`.
+/// `shutdown` is cancelled; plain `/metrics` connections on the runtime `lowest` offers
+/// ([`MetricsPriority::Lowest`], kept running by its supervised task:
+/// [`crate::supervise::supervise_admin_with`]), all others where they are accepted.
 pub async fn serve_admin_with(
     listener: TcpListener,
     state: AdminState,
     more: Option<Handler>,
     tls: TlsConfig,
-    priority: MetricsPriority,
+    lowest: Option<LowPrioritySlot>,
     shutdown: CancellationToken,
 ) -> Result<(), ServeError> {
     let handler = admin_handler_with(state, more);
-    let lowest = match priority {
-        MetricsPriority::Normal => None,
-        MetricsPriority::Lowest => LowPriorityRuntime::start("metrics-serve")
-            .inspect_err(|e| {
-                tracing::warn!(error = %e, "cannot start the low-priority metrics thread; scrapes are served at normal priority");
-            })
-            .ok(),
-    };
-    let offload = lowest.as_ref().map(|rt| Offload {
+    let offload = lowest.map(|runtime| Offload {
         prefix: b"GET /metrics",
-        runtime: rt.handle().clone(),
+        runtime,
     });
     let opts = ServeOptions {
         offload,
         ..ServeOptions::default()
     };
-    // `lowest` lives until the server has drained its connections.
-    let served = serve_with(listener, tls, handler, shutdown, opts).await;
-    drop(lowest);
-    served
+    serve_with(listener, tls, handler, shutdown, opts).await
 }

@@ -4,11 +4,12 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
+use hami_core::sync::MutexExt;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -20,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::chunked::ChunkedBody;
+use crate::low_priority::{LowPriorityRuntime, LowPrioritySlot};
 use crate::respond;
 use crate::tls::{self, TlsConfig, TlsError};
 
@@ -63,13 +65,14 @@ pub struct ServeOptions {
 }
 
 /// Plain (not TLS) connections whose first bytes are `prefix` (`GET /metrics`) are served
-/// on `runtime` (a thread at the lowest CPU priority: `low_priority.rs`), every request
-/// of the connection included. A TLS connection's first bytes do not tell its path: it
-/// is served where the others are.
+/// on the runtime `runtime` offers (a thread at the lowest CPU priority:
+/// `low_priority.rs`), every request of the connection included; while it offers none
+/// (its supervised task restarts it), where the others are. A TLS connection's first
+/// bytes do not tell its path: it is served where the others are.
 #[derive(Debug, Clone)]
 pub struct Offload {
     pub prefix: &'static [u8],
-    pub runtime: tokio::runtime::Handle,
+    pub runtime: LowPrioritySlot,
 }
 
 impl Default for ServeOptions {
@@ -162,11 +165,9 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     match acceptor {
-        None => match opts.offload.clone() {
-            Some(offload) if starts_with(&stream, offload.prefix, &opts).await => {
-                serve_offloaded(stream, peer, handler, shutdown, opts, offload.runtime).await
-            }
-            _ => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
+        None => match offload_runtime(&stream, peer, &opts).await {
+            Some(runtime) => serve_offloaded(stream, peer, handler, shutdown, opts, runtime).await,
+            None => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
         },
         Some(acceptor) => {
             match tokio::time::timeout(opts.handshake_timeout, acceptor.accept(stream)).await {
@@ -176,6 +177,24 @@ async fn connection(
             }
         }
     }
+}
+
+/// The runtime a plain connection is served on when it is to be offloaded and one is
+/// running; `None`: here.
+async fn offload_runtime(
+    stream: &TcpStream,
+    peer: SocketAddr,
+    opts: &ServeOptions,
+) -> Option<Arc<LowPriorityRuntime>> {
+    let offload = opts.offload.as_ref()?;
+    if !starts_with(stream, offload.prefix, opts).await {
+        return None;
+    }
+    let runtime = offload.runtime.current();
+    if runtime.is_none() {
+        tracing::debug!(%peer, thread = offload.runtime.name(), "the thread is down (restarting); serving the connection at normal priority");
+    }
+    runtime
 }
 
 /// Whether the first bytes the client sent on `stream` are `prefix` (left unread). A
@@ -191,32 +210,75 @@ async fn starts_with(stream: &TcpStream, prefix: &[u8], opts: &ServeOptions) -> 
 }
 
 /// Serves the connection on `runtime` (the socket moved to that runtime's reactor), and
-/// waits for it there, so the server's drain and shutdown cover it as any other.
+/// waits for it there, so the server's drain and shutdown cover it as any other; the
+/// runtime runs on while it is held here. A connection is never dropped unsaid: if the
+/// runtime stopped before the connection's task began, the socket comes back and is
+/// served here at normal priority; if it stopped while serving it (or the task
+/// panicked), the connection is closed and that is logged as an error
+/// (`docs/architecture.md#supervision`).
 async fn serve_offloaded(
     stream: TcpStream,
     peer: SocketAddr,
     handler: Handler,
     shutdown: CancellationToken,
     opts: ServeOptions,
-    runtime: tokio::runtime::Handle,
+    runtime: Arc<LowPriorityRuntime>,
 ) {
     let socket = match stream.into_std() {
         Ok(socket) => socket,
         Err(e) => {
-            tracing::debug!(%peer, error = %e, "cannot move the connection to its runtime");
+            tracing::error!(%peer, error = %e, "cannot move the connection to its runtime; closing it");
             return;
         }
     };
-    let served = runtime.spawn(async move {
-        match TcpStream::from_std(socket) {
-            Ok(stream) => http(TokioIo::new(stream), peer, handler, shutdown, &opts).await,
-            Err(e) => {
-                tracing::debug!(%peer, error = %e, "cannot serve the connection on its runtime")
-            }
+    // The connection's task takes the socket when it begins; one that never began (its
+    // runtime stopped first) leaves it here.
+    let handoff = Arc::new(Mutex::new(Some(socket)));
+    let served = runtime.handle().spawn({
+        let (handoff, handler, shutdown, opts) = (
+            handoff.clone(),
+            handler.clone(),
+            shutdown.clone(),
+            opts.clone(),
+        );
+        async move {
+            let Some(socket) = handoff.lock_unpoisoned().take() else {
+                return;
+            };
+            serve_socket(socket, peer, handler, shutdown, &opts).await
         }
     });
-    if let Err(e) = served.await {
-        tracing::debug!(%peer, error = %e, "the connection's task ended early");
+    let Err(e) = served.await else {
+        return;
+    };
+    let left = handoff.lock_unpoisoned().take();
+    match left {
+        Some(socket) => {
+            tracing::warn!(%peer, thread = runtime.name(), "the thread stopped before it served the connection; serving it at normal priority");
+            serve_socket(socket, peer, handler, shutdown, &opts).await
+        }
+        None => tracing::error!(
+            %peer,
+            thread = runtime.name(),
+            error = %e,
+            "the connection was closed: its thread stopped or its task panicked while serving it"
+        ),
+    }
+}
+
+/// Serves a socket taken off another runtime's reactor on this one.
+async fn serve_socket(
+    socket: std::net::TcpStream,
+    peer: SocketAddr,
+    handler: Handler,
+    shutdown: CancellationToken,
+    opts: &ServeOptions,
+) {
+    match TcpStream::from_std(socket) {
+        Ok(stream) => http(TokioIo::new(stream), peer, handler, shutdown, opts).await,
+        Err(e) => {
+            tracing::error!(%peer, error = %e, "cannot serve the connection on this runtime; closing it")
+        }
     }
 }
 
@@ -262,5 +324,36 @@ async fn guarded(handler: Handler, req: Request<Incoming>) -> HttpResponse {
             tracing::error!(%method, %path, "handler panicked");
             respond::error_json(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{cpu_class_handler, http_request, request};
+
+    /// A connection handed to a runtime that has stopped is served here, not dropped.
+    #[tokio::test]
+    async fn a_connection_for_a_stopped_runtime_is_served_here() {
+        let runtime = Arc::new(LowPriorityRuntime::start("test-stopped").unwrap());
+        runtime.shut_down();
+        assert_eq!(runtime.ended().await, "its runtime was shut down");
+
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (stream, peer) = listener.accept().await.unwrap();
+            let handler = cpu_class_handler();
+            let (opts, shutdown) = (ServeOptions::default(), CancellationToken::new());
+            serve_offloaded(stream, peer, handler, shutdown, opts, runtime).await;
+        });
+        let answer = http_request(addr, request("GET", "/metrics", "").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(
+            (answer.status, answer.text()),
+            (StatusCode::OK, "normal\n".into())
+        );
+        server.await.unwrap();
     }
 }

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::{AdminState, MetricsPriority, Readiness, serve_admin_with};
 use crate::listener::Relistener;
+use crate::low_priority::LowPrioritySlot;
 use crate::{Handler, TlsConfig};
 
 /// When to restart and when to give up.
@@ -172,7 +173,10 @@ pub fn supervise_admin(sup: &mut Supervisor, listener: Relistener, state: AdminS
 }
 
 /// [`supervise_admin`] with `more` routes behind the admin ones (see
-/// [`crate::admin::admin_handler_with`]), over `tls`, `/metrics` at `priority`.
+/// [`crate::admin::admin_handler_with`]), over `tls`, `/metrics` at `priority`. At
+/// [`MetricsPriority::Lowest`] the thread that serves the scrapes is kept running by the
+/// supervised task `metrics-serve thread` (its slot is returned, to watch it); a scrape
+/// while it is down is served at normal priority (`docs/architecture.md#supervision`).
 pub fn supervise_admin_with(
     sup: &mut Supervisor,
     listener: Relistener,
@@ -180,17 +184,32 @@ pub fn supervise_admin_with(
     more: Option<Handler>,
     tls: TlsConfig,
     priority: MetricsPriority,
-) {
+) -> Option<LowPrioritySlot> {
+    let lowest = match priority {
+        MetricsPriority::Normal => None,
+        MetricsPriority::Lowest => {
+            let slot = LowPrioritySlot::new("metrics-serve");
+            let running = slot.clone();
+            sup.spawn("metrics-serve thread", move |stop| {
+                let running = running.clone();
+                async move { running.run(stop).await }
+            });
+            Some(slot)
+        }
+    };
+    let offload = lowest.clone();
     sup.spawn("admin server", move |stop| {
-        let (state, more, tls) = (state.clone(), more.clone(), tls.clone());
+        let (state, more, tls, offload) =
+            (state.clone(), more.clone(), tls.clone(), offload.clone());
         let listener = listener.tokio();
         async move {
             let listener = listener.map_err(|e| format!("listener: {e}"))?;
-            serve_admin_with(listener, state, more, tls, priority, stop)
+            serve_admin_with(listener, state, more, tls, offload, stop)
                 .await
                 .map_err(|e| e.to_string())
         }
     });
+    lowest
 }
 
 /// The message of a panic payload (`panic!` with a literal or a formatted string).

@@ -151,6 +151,19 @@ pub async fn https_request(
     Ok(resp)
 }
 
+/// A handler answering `idle` or `normal`: whether the thread serving the request runs
+/// in the lowest CPU class (`SCHED_IDLE`: [`crate::low_priority`]).
+pub fn cpu_class_handler() -> crate::Handler {
+    crate::handler_fn(|_| async {
+        let class = if crate::low_priority::this_thread_is_idle_class() {
+            "idle"
+        } else {
+            "normal"
+        };
+        crate::respond::text(StatusCode::OK, class)
+    })
+}
+
 /// One request over a fresh plain TCP connection to `addr`.
 pub async fn http_request(
     addr: SocketAddr,

@@ -2,15 +2,18 @@
 //! The admin port over a real socket.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use hami_server::CancellationToken;
 use hami_server::admin::{
     AdminState, METRICS_CONTENT_TYPE, MetricsPriority, Readiness, lower_encoding_priority,
-    serve_admin, serve_admin_with,
+    serve_admin,
 };
-use hami_server::low_priority::this_thread_is_idle_class;
-use hami_server::test_support::{TestCa, http_request, https_request, request};
-use hami_server::{Handler, ServeError, TlsConfig, handler_fn, respond};
+use hami_server::listener::Relistener;
+use hami_server::low_priority::{LowPrioritySlot, this_thread_is_idle_class};
+use hami_server::supervise::{GaveUp, RestartPolicy, Supervisor, supervise_admin_with};
+use hami_server::test_support::{TestCa, cpu_class_handler, http_request, https_request, request};
+use hami_server::{Handler, TlsConfig, handler_fn, respond};
 use http_body_util::BodyExt;
 use hyper::StatusCode;
 use hyper_util::rt::TokioIo;
@@ -122,34 +125,52 @@ async fn metrics_gzipped_when_the_client_accepts_it() {
     task.await.unwrap().unwrap();
 }
 
+/// The admin port of [`serve_more`].
+struct Served {
+    addr: std::net::SocketAddr,
+    /// Stops the server.
+    shutdown: CancellationToken,
+    /// The supervisor running the server and its `/metrics` thread.
+    task: tokio::task::JoinHandle<Result<(), GaveUp>>,
+    readiness: Readiness,
+    /// The `/metrics` thread's slot.
+    metrics_serve: LowPrioritySlot,
+}
+
 /// Serves the admin routes of `registry` and `more` over `tls`, `/metrics` connections at
-/// the lowest priority, as the scheduler does: the address, the token that stops the
-/// server, and its task.
-async fn serve_more(
-    registry: Registry,
-    more: Handler,
-    tls: TlsConfig,
-) -> (
-    std::net::SocketAddr,
-    CancellationToken,
-    tokio::task::JoinHandle<Result<(), ServeError>>,
-) {
+/// the lowest priority, supervised as the scheduler does (a task restarted two seconds
+/// after it stopped: time to look at it while it is down, on a loaded machine too).
+async fn serve_more(registry: Registry, more: Handler, tls: TlsConfig) -> Served {
+    let readiness = Readiness::ready();
     let state = AdminState {
-        readiness: Readiness::ready(),
+        readiness: readiness.clone(),
         registry: Arc::new(registry),
     };
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(serve_admin_with(
-        listener,
+    let policy = RestartPolicy {
+        initial_delay: Duration::from_secs(2),
+        max_delay: Duration::from_secs(2),
+        ..RestartPolicy::default()
+    };
+    let mut sup = Supervisor::new(readiness.clone(), shutdown.clone(), policy);
+    let metrics_serve = supervise_admin_with(
+        &mut sup,
+        Relistener::new(listener).unwrap(),
         state,
         Some(more),
         tls,
         MetricsPriority::Lowest,
-        shutdown.clone(),
-    ));
-    (addr, shutdown, task)
+    )
+    .expect("the lowest priority has a thread");
+    Served {
+        addr,
+        shutdown,
+        task: tokio::spawn(sup.run()),
+        readiness,
+        metrics_serve,
+    }
 }
 
 /// A service's own routes beside the admin ones, over TLS when the admin port has it.
@@ -168,7 +189,12 @@ async fn more_routes_beside_the_admin_ones_over_tls() {
         }
     });
     let tls = TlsConfig::Files { cert, key };
-    let (addr, shutdown, task) = serve_more(Registry::default(), more, tls).await;
+    let Served {
+        addr,
+        shutdown,
+        task,
+        ..
+    } = serve_more(Registry::default(), more, tls).await;
     let get = |path: &'static str| {
         let ca = ca.pem();
         async move {
@@ -242,15 +268,10 @@ async fn a_scrape_is_served_at_the_lowest_priority_after_its_copy() {
     let seen = Arc::new(std::sync::Mutex::new(vec![]));
     let mut registry = Registry::default();
     registry.register_collector(Box::new(NotesPriority(seen.clone())));
-    let more = handler_fn(|_| async move {
-        let class = if this_thread_is_idle_class() {
-            "idle"
-        } else {
-            "normal"
-        };
-        respond::text(StatusCode::OK, class)
-    });
-    let (addr, shutdown, task) = serve_more(registry, more, TlsConfig::None).await;
+    let more = cpu_class_handler();
+    let served = serve_more(registry, more, TlsConfig::None).await;
+    let addr = served.addr;
+    wait_for(|| served.metrics_serve.current().is_some()).await;
 
     let scrape = keep_alive_gets(addr, &["/metrics", "/where"]).await;
     assert!(scrape[0].ends_with("# EOF\n"), "{scrape:?}");
@@ -262,6 +283,71 @@ async fn a_scrape_is_served_at_the_lowest_priority_after_its_copy() {
     );
     let other = keep_alive_gets(addr, &["/where", "/metrics"]).await;
     assert_eq!(other[0], "normal\n", "any other connection");
-    shutdown.cancel();
-    task.await.unwrap().unwrap();
+    served.shutdown.cancel();
+    served.task.await.unwrap().unwrap();
+}
+
+/// Waits (up to 10 s) until `ready` holds.
+async fn wait_for(ready: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !ready() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The answer to `GET /readyz`: its status and text.
+async fn readyz(addr: std::net::SocketAddr) -> (StatusCode, String) {
+    let resp = http_request(addr, request("GET", "/readyz", "").unwrap())
+        .await
+        .unwrap();
+    (resp.status, resp.text())
+}
+
+/// The thread serving scrapes is supervised: when it ends, `/readyz` says so with the
+/// reason, a scrape meanwhile is still answered (at normal priority), and after the
+/// restart scrapes are served on the lowest-priority thread again.
+#[tokio::test]
+async fn the_metrics_thread_ending_is_reported_and_it_is_restarted() {
+    let more = cpu_class_handler();
+    let served = serve_more(Registry::default(), more, TlsConfig::None).await;
+    let addr = served.addr;
+    wait_for(|| served.metrics_serve.current().is_some()).await;
+    let first = served.metrics_serve.current().unwrap();
+    assert_eq!(readyz(addr).await, (StatusCode::OK, "ready\n".into()));
+
+    first.shut_down();
+    assert_eq!(first.ended().await, "its runtime was shut down");
+    // The restart comes two seconds later (`serve_more`): the window to look in.
+    wait_for(|| served.readiness.check().is_err()).await;
+    let (status, down) = readyz(addr).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{down}");
+    assert!(
+        down.starts_with(
+            "not ready: metrics-serve thread: failed: the thread metrics-serve ended: \
+             its runtime was shut down; restarting in"
+        ),
+        "{down}"
+    );
+    // Whether the restart came yet or not, the scrape is answered.
+    let during = keep_alive_gets(addr, &["/metrics", "/where"]).await;
+    assert!(during[0].ends_with("# EOF\n"), "{during:?}");
+
+    wait_for(|| {
+        served
+            .metrics_serve
+            .current()
+            .is_some_and(|now| !Arc::ptr_eq(&now, &first))
+    })
+    .await;
+    assert_eq!(readyz(addr).await, (StatusCode::OK, "ready\n".into()));
+    let after = keep_alive_gets(addr, &["/metrics", "/where"]).await;
+    assert!(after[0].ends_with("# EOF\n"), "{after:?}");
+    assert_eq!(after[1], "idle\n", "on the restarted thread");
+    served.shutdown.cancel();
+    served.task.await.unwrap().unwrap();
+    assert!(
+        served.metrics_serve.current().is_none(),
+        "stopped with the rest"
+    );
 }
