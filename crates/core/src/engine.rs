@@ -175,6 +175,8 @@ impl PodPlan {
 struct Scored {
     score: f32,
     rank: f64,
+    /// The unrounded change behind `rank` ([`CachedScore::gain`]).
+    gain: f64,
     /// What the pairing term prices ([`CachedScore::hole`]).
     hole: Option<(i32, i32)>,
 }
@@ -184,6 +186,7 @@ impl Scored {
         Scored {
             score,
             rank: f64::from(score),
+            gain: f64::from(score),
             hole: None,
         }
     }
@@ -417,6 +420,7 @@ fn fit_node_compact(
         return Ok(Scored {
             score: gain as f32,
             rank: frag.rank(gain),
+            gain,
             hole,
         });
     }
@@ -700,15 +704,17 @@ impl ScoreCaching {
     }
 }
 
-/// The pairing term of a placement under node policy `frag`, for the cluster as it is.
-fn pairing_bonus(plan: &PodPlan, ledger: &Ledger) -> Option<PairingBonus> {
-    if plan.node_policy != NodePolicy::Frag || plan.frag.is_none() {
+/// The pairing term of a placement under node policy `frag`, for the cluster as it is,
+/// with the model whose primary term ranks it.
+fn pairing_bonus<'p>(plan: &'p PodPlan, ledger: &Ledger) -> Option<(PairingBonus, &'p FragModel)> {
+    if plan.node_policy != NodePolicy::Frag {
         return None;
     }
+    let model = plan.frag.as_deref()?;
     plan.pairing
         .as_ref()
         .filter(|p| p.weight != 0.0)
-        .map(|p| p.bonus(ledger.free_shares()))
+        .map(|p| (p.bonus(ledger.free_shares()), model))
 }
 
 /// Fits the pod on each of `names` in order, reporting every outcome; the best node.
@@ -717,7 +723,7 @@ fn scan<'a, 'l>(
     plan: &PodPlan,
     steps: &Result<Vec<Step<'_>>, FitFailure>,
     cache: Option<ScoreCaching>,
-    pairing: Option<&PairingBonus>,
+    pairing: Option<&(PairingBonus, &FragModel)>,
     ledger: &'l Ledger,
     names: &[&'a str],
     report: &mut impl FnMut(&'a str, Outcome),
@@ -737,6 +743,7 @@ fn scan<'a, 'l>(
                 Scored {
                     score: c.score,
                     rank: c.rank,
+                    gain: c.gain,
                     hole: c.hole,
                 },
                 false,
@@ -762,13 +769,15 @@ fn scan<'a, 'l>(
                         CachedScore {
                             score: scored.score,
                             rank: scored.rank,
+                            gain: scored.gain,
                             hole: scored.hole,
                         },
                         c.capacity,
                     );
                 }
-                if let (Some(p), Some((before, after))) = (pairing, scored.hole) {
-                    scored.rank += p.of(before, after);
+                if let (Some((p, model)), Some(hole)) = (pairing, scored.hole) {
+                    let primary = |d| model.scoring().primary(d);
+                    scored.rank = p.rank(scored.rank, scored.gain, hole, primary);
                 }
                 report(name, Ok(scored.score));
                 let better = best.is_none_or(|(b, b_scored, _)| {

@@ -118,6 +118,7 @@ impl LiveFrag {
                         weight: self.cfg.pair,
                         horizon: self.cfg.pair_horizon,
                         matching: self.cfg.pair_matching,
+                        blend: self.cfg.pair_blend,
                         supply: Arc::new(self.observed.hole_supply(&gpus)),
                     })
                 });
@@ -202,7 +203,11 @@ impl LiveFrag {
             "min_pods": settings.min_pods,
             "half_life_pods": settings.half_life,
             "coverage_pct": settings.coverage_pct,
-            "pairing": {"weight": self.cfg.pair, "horizon": self.cfg.pair_horizon},
+            "pairing": {
+                "weight": self.cfg.pair,
+                "horizon": self.cfg.pair_horizon,
+                "blend": format!("{:?}", self.cfg.pair_blend).to_lowercase(),
+            },
             "gpu_types": types,
             "classes": classes,
             "shapes": shapes,
@@ -282,6 +287,7 @@ mod tests {
         assert_eq!(view["classes"][0]["gpu_milli"], 300);
         assert_eq!(view["classes"][0]["models"], "any");
         assert_eq!(view["pairing"]["weight"], FragScoreConfig::default().pair);
+        assert_eq!(view["pairing"]["blend"], "delta");
     }
 
     /// The pairing term comes with the model, from the same pods: off at weight 0, else

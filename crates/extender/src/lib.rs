@@ -27,7 +27,6 @@ mod scrape_view;
 pub mod service;
 pub mod slim;
 pub mod state;
-pub mod uid_set;
 pub mod unschedulable;
 pub mod watch;
 pub mod wire;

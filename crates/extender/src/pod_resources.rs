@@ -12,9 +12,7 @@ use std::sync::Arc;
 
 use hami_core::ledger::Ledger;
 use hami_core::resources::Resources;
-use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
-
-use crate::uid_set::UidSet;
+use rustc_hash::{FxHashMap, FxHasher};
 
 /// Node number of a pod that counts nowhere.
 const NOWHERE: u32 = u32::MAX;
@@ -27,11 +25,21 @@ struct Entry {
     reserved: bool,
     cpu_milli: u32,
     mem_mib: u32,
+    /// The pod watch showed the pod since the current relist began (true outside
+    /// relists): what a relist did not show is forgotten when it ends. Kept here rather
+    /// than in a set of the listed UIDs: it fits the entry's padding, where such a set
+    /// was megabytes alive at the moment the cache syncs (`docs/extender.md#memory`).
+    listed: bool,
 }
 
 impl Entry {
     fn resources(&self) -> Resources {
         Resources::new(i64::from(self.cpu_milli), i64::from(self.mem_mib) << 20)
+    }
+
+    /// What the ledger's sums depend on.
+    fn counted(&self) -> (u32, u32, u32) {
+        (self.node, self.cpu_milli, self.mem_mib)
     }
 }
 
@@ -90,7 +98,7 @@ impl PodResourceBook {
             Some(e) => self.pods.insert(k, e),
             None => self.pods.remove(&k),
         };
-        if old == entry {
+        if old.map(|o| o.counted()) == entry.map(|e| e.counted()) {
             return;
         }
         if let Some(o) = old.filter(|o| o.node != NOWHERE)
@@ -106,8 +114,8 @@ impl PodResourceBook {
     }
 
     /// A non-terminal pod from the watch: it counts on the node it is bound to; unbound, it
-    /// counts where /filter reserved it, or nowhere. Returns true the first time the pod is
-    /// seen.
+    /// counts where /filter reserved it, or nowhere; it is listed. Returns true the first
+    /// time the pod is seen.
     pub fn apply(&mut self, pod: PodRequestsSeen<'_>, ledger: &mut Ledger) -> bool {
         let k = key(pod.uid);
         let old = self.pods.get(&k).copied();
@@ -118,10 +126,12 @@ impl PodResourceBook {
                 reserved: false,
                 cpu_milli,
                 mem_mib,
+                listed: true,
             },
             (None, Some(o)) if o.reserved => Entry {
                 cpu_milli,
                 mem_mib,
+                listed: true,
                 ..o
             },
             (None, _) => Entry {
@@ -129,6 +139,7 @@ impl PodResourceBook {
                 reserved: false,
                 cpu_milli,
                 mem_mib,
+                listed: true,
             },
         };
         self.set(k, Some(entry), ledger);
@@ -152,6 +163,9 @@ impl PodResourceBook {
             reserved: true,
             cpu_milli,
             mem_mib,
+            // A reservation is not a sighting: a relist that does not show the pod
+            // forgets it with its reservation's end, as before.
+            listed: self.pods.get(&k).is_some_and(|e| e.listed),
         };
         self.set(k, Some(entry), ledger);
     }
@@ -174,18 +188,27 @@ impl PodResourceBook {
         self.set(key(uid), None, ledger);
     }
 
+    /// A relist begins: no pod is listed until the watch shows it again.
+    pub fn begin_relist(&mut self) {
+        for e in self.pods.values_mut() {
+            e.listed = false;
+        }
+    }
+
+    /// Whether the watch showed the pod since the current relist began (any pod it
+    /// showed, outside relists). A pod is known here by a 64-bit hash of its UID, as
+    /// everywhere in the book.
+    pub fn listed(&self, uid: &str) -> bool {
+        self.pods.get(&key(uid)).is_some_and(|e| e.listed)
+    }
+
     /// After a relist: forgets the pods not listed, except reservations (their pods may
     /// be newer than the list; they end with their reservation).
-    pub fn retain(&mut self, listed: &UidSet, ledger: &mut Ledger) {
-        let mut keep = FxHashSet::default();
-        keep.reserve(listed.len());
-        listed.for_each(|uid| {
-            keep.insert(key(uid));
-        });
+    pub fn retain_listed(&mut self, ledger: &mut Ledger) {
         let gone: Vec<u64> = self
             .pods
             .iter()
-            .filter(|(k, e)| !keep.contains(k) && !e.reserved)
+            .filter(|(_, e)| !e.listed && !e.reserved)
             .map(|(k, _)| *k)
             .collect();
         for k in gone {
@@ -273,12 +296,19 @@ mod tests {
         book.apply(seen("a", Some("n1"), 100), &mut ledger);
         book.apply(seen("b", Some("n1"), 200), &mut ledger);
         book.reserve("r", "n1", Resources::new(400, 0), &mut ledger);
-        // A UUID is kept by the relist's set as a number and must be found all the same.
         let uuid = "0f3b5d7e-1111-4222-8333-000000049999";
         book.apply(seen(uuid, Some("n1"), 1000), &mut ledger);
-        let listed: UidSet = ["a", uuid].into_iter().collect();
-        book.retain(&listed, &mut ledger);
+        assert!(book.listed("b"));
+        book.begin_relist();
+        assert!(!book.listed("a") && !book.listed("b") && !book.listed("r"));
+        // The relist shows `a` and the UUID again, not `b`; `r` is only reserved.
+        book.apply(seen("a", Some("n1"), 100), &mut ledger);
+        book.apply(seen(uuid, Some("n1"), 1000), &mut ledger);
+        assert_eq!(requested(&ledger, "n1").cpu_milli, 1700);
+        assert!(book.listed("a") && book.listed(uuid) && !book.listed("b"));
+        book.retain_listed(&mut ledger);
         assert_eq!(requested(&ledger, "n1").cpu_milli, 1500);
         assert_eq!(book.len(), 3);
+        assert!(!book.listed("b") && !book.listed("never seen"));
     }
 }

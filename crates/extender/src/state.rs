@@ -44,7 +44,6 @@ use serde_json::Value;
 
 use crate::frag_workload::LiveFrag;
 use crate::pod_resources::{PodRequestsSeen, PodResourceBook};
-use crate::uid_set::UidSet;
 use crate::unschedulable::{Refusal, Unschedulable};
 
 /// Abandoned decisions remembered per pod.
@@ -664,15 +663,20 @@ impl SchedState {
         self.ledger.remove_pod(uid);
     }
 
-    /// A pod relist is starting.
+    /// A pod relist is starting: until [`SchedState::retain_pods`], a pod counts as listed
+    /// once the watch shows it.
     pub fn begin_pod_relist(&mut self) {
         self.epoch += 1;
+        self.resources.begin_relist();
     }
 
     /// After a pod relist: forgets pods that were not listed, except reservations made
-    /// while the relist ran (their pods may be newer than the list).
-    pub fn retain_pods(&mut self, listed: &UidSet) {
+    /// while the relist ran (their pods may be newer than the list). Every pod the watch
+    /// shows is counted in the resource book, which marks it listed
+    /// ([`PodResourceBook::listed`]).
+    pub fn retain_pods(&mut self) {
         let epoch = self.epoch;
+        let listed = &self.resources;
         let fresh = |uid: &str| {
             self.pods.get(uid).is_some_and(
                 |e| matches!(e.holding, Holding::Reserved { epoch: re, .. } if re == epoch),
@@ -683,14 +687,15 @@ impl SchedState {
             .pods
             .keys()
             .chain(self.ledger.pods().map(|r| &r.uid))
-            .filter(|uid| !listed.contains(uid) && !fresh(uid))
+            .filter(|uid| !listed.listed(uid) && !fresh(uid))
             .cloned()
             .collect();
         for uid in gone {
             self.delete_pod(&uid);
         }
-        self.resources.retain(listed, &mut self.ledger);
-        self.unschedulable.retain(|uid| listed.contains(uid));
+        self.resources.retain_listed(&mut self.ledger);
+        let listed = &self.resources;
+        self.unschedulable.retain(|uid| listed.listed(uid));
     }
 
     /// Puts the ledger in line with whether the pod holds its devices now; `record` is

@@ -29,7 +29,6 @@ use tokio::sync::watch;
 use crate::service::unix_now;
 use crate::slim::WatchedPod;
 use crate::state::SchedState;
-use crate::uid_set::UidSet;
 
 /// Which caches have synced, so readiness is reported once all have.
 #[derive(Debug, Clone)]
@@ -225,30 +224,28 @@ pub async fn watch_pods(
     let mut stream = watcher::watcher(api, watcher::Config::default())
         .default_backoff()
         .boxed();
-    let mut listed = UidSet::new();
+    // Pods the relist showed; the state marks them itself (`SchedState::retain_pods`).
+    let mut listed: usize = 0;
     while let Some(event) = next_event(&mut stream, &shutdown, "pod").await? {
         let now = unix_now();
         let mut st = state.lock_unpoisoned();
         match event {
             Event::Init => {
-                listed = UidSet::new();
+                listed = 0;
                 st.begin_pod_relist();
             }
             Event::InitApply(p) => {
-                if let Some(uid) = &p.metadata.uid {
-                    listed.insert(uid);
-                }
+                listed += 1;
                 apply_pod(&mut st, &p.into_pod(), now);
             }
             Event::InitDone => {
-                st.retain_pods(&listed);
+                st.retain_pods();
                 st.set_pods_synced();
                 tracing::info!(
-                    pods = listed.len(),
+                    pods = listed,
                     holding = st.ledger().pod_count(),
                     "pod cache synced"
                 );
-                listed = UidSet::new();
                 drop(st);
                 sync.update();
             }

@@ -12,7 +12,6 @@ use hami_core::request::ContainerKind;
 use hami_core::resources::Resources;
 use hami_core::vendor::VendorRegistry;
 use hami_scheduler::state::{Reservation, SchedState};
-use hami_scheduler::uid_set::UidSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 
@@ -336,8 +335,10 @@ fn relists_drop_vanished_pods_but_keep_fresh_reservations() {
     st.apply_pod(&pod("old", "n1", 1000, Some("n1"), T0), T0);
     st.apply_pod(&pod("kept", "n1", 100, Some("n1"), T0), T0);
     st.begin_pod_relist();
+    // The relist shows `kept` again, not `old`.
+    st.apply_pod(&pod("kept", "n1", 100, Some("n1"), T0), T0);
     reserve(&mut st, "new", "n1", 10, T0);
-    st.retain_pods(&UidSet::from_iter(["kept"]));
+    st.retain_pods();
     assert_eq!(used_mem(&st, "n1"), 110);
     assert!(st.holding_node("old").is_none());
     st.retain_nodes(&HashSet::new());
@@ -458,7 +459,7 @@ fn node_cpu_and_memory_follow_the_watch() {
     // A relist that no longer lists a pod forgets its requests.
     st.apply_pod(&cpu_pod("c", "2", Some("n1"), "Running"), T0);
     st.begin_pod_relist();
-    st.retain_pods(&UidSet::new());
+    st.retain_pods();
     assert_eq!(free(&st), Some(Resources::new(16_000, 64 << 30)));
     // Garbage in the node's status: unknown, not a panic.
     st.apply_node(&node_with_cpu("n1", "many", "64Gi"));

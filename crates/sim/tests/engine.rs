@@ -116,24 +116,34 @@ fn engine_frag_matches_hami_frag_with_model_constraints() {
 }
 
 /// With the supply-aware pairing term (the ledger's free-share histogram and the sharing
-/// tasks seen, added to the engine's node rank after the per-node score cache) the
-/// engine still makes exactly `hami-frag`'s decisions, and the term does change them.
+/// tasks seen, applied to the engine's node rank after the per-node score cache), in
+/// either blend (added to Δ before FGD's quantisation, the default, or to the rank after
+/// it), the engine still makes exactly `hami-frag`'s decisions, and the term does change
+/// them.
 #[test]
 fn engine_frag_matches_hami_frag_with_the_pairing_term() {
     let exp = experiment();
     let (pods, ranks) = prefix(&exp, 3000);
     let run = |policy: &str| exp.run_arrivals(policy, 42, &pods, &ranks, 20).unwrap();
-    let native = run("hami-frag:pair=10,horizon=4");
-    let engine = run("engine-frag:pair=10,horizon=4");
-    assert_eq!(native.output.decisions, engine.output.decisions);
-    assert_eq!(native.output.events, engine.output.events);
     let unpaired = run("hami-frag:pair=0");
-    let changed = unpaired
-        .output
-        .decisions
-        .iter()
-        .zip(&native.output.decisions)
-        .filter(|(a, b)| a != b)
-        .count();
-    assert!(changed > 0, "the pairing term changed no decision");
+    for tuning in [
+        "pair=5,horizon=4,blend=delta",
+        "pair=10,horizon=4,blend=rank",
+    ] {
+        let native = run(&format!("hami-frag:{tuning}"));
+        let engine = run(&format!("engine-frag:{tuning}"));
+        assert_eq!(native.output.decisions, engine.output.decisions, "{tuning}");
+        assert_eq!(native.output.events, engine.output.events, "{tuning}");
+        let changed = unpaired
+            .output
+            .decisions
+            .iter()
+            .zip(&native.output.decisions)
+            .filter(|(a, b)| a != b)
+            .count();
+        assert!(
+            changed > 0,
+            "{tuning}: the pairing term changed no decision"
+        );
+    }
 }

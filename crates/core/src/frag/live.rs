@@ -389,6 +389,9 @@ pub struct CachedScore {
     pub score: f32,
     /// What nodes are ranked by (before the cluster-wide pairing term).
     pub rank: f64,
+    /// The change Φ(before) − Φ(after) unrounded (milli-GPU): what the pairing term's
+    /// [`crate::frag::pairing::Blend::Delta`] adds to before `rank`'s primary term.
+    pub gain: f64,
     /// The free share (milli-GPU) of the one device a sharing pod takes, before and after
     /// the pod: what the pairing term prices (`super::pairing`); `None` for other pods.
     pub hole: Option<(i32, i32)>,

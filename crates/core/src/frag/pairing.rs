@@ -16,7 +16,8 @@
 //! holes instead of opening new ones. Shares are milli-GPU (1000 = one GPU).
 //!
 //! The term reads the whole cluster (H), so it cannot live in a node's cached score: callers
-//! add `weight · gain` of the node's chosen GPU to the node's rank after the cache. The
+//! add it for the node's chosen GPU after the cache, by default as `weight · 1000 · gain`
+//! milli-GPU added to the cached change Δ before FGD's quantisation ([`Blend`]). The
 //! cluster's free shares are a [`FreeShares`] histogram the ledger keeps as devices change
 //! (`crate::ledger::Ledger::free_shares`); the demand is a [`HoleSupply`].
 
@@ -110,6 +111,19 @@ pub enum Matching {
     Greedy,
 }
 
+/// Where the term enters a node's rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Blend {
+    /// Added to the fragmentation change before the primary term ranks it:
+    /// `primary(Δ + weight · 1000 · gain)`, the expected idle share priced like fragment
+    /// (milli-GPU per milli-GPU; FGD's quantisation then applies to both together).
+    #[default]
+    Delta,
+    /// Added to the rank after the primary term: `primary(Δ) + weight · gain` (score points
+    /// per GPU of waste).
+    Rank,
+}
+
 /// `waste(x)` for every hole size, for one cluster state.
 #[derive(Debug, Clone)]
 pub struct HoleWaste {
@@ -184,6 +198,7 @@ pub struct Pairing {
     pub weight: f64,
     pub horizon: f64,
     pub matching: Matching,
+    pub blend: Blend,
     pub supply: Arc<HoleSupply>,
 }
 
@@ -193,6 +208,7 @@ impl std::fmt::Debug for Pairing {
             .field("weight", &self.weight)
             .field("horizon", &self.horizon)
             .field("matching", &self.matching)
+            .field("blend", &self.blend)
             .finish_non_exhaustive()
     }
 }
@@ -202,6 +218,7 @@ impl Pairing {
     pub fn bonus(&self, holes: &FreeShares) -> PairingBonus {
         PairingBonus {
             weight: self.weight,
+            blend: self.blend,
             waste: self
                 .supply
                 .waste_matched(holes, self.horizon, self.matching),
@@ -213,6 +230,7 @@ impl Pairing {
 #[derive(Debug, Clone)]
 pub struct PairingBonus {
     weight: f64,
+    blend: Blend,
     waste: HoleWaste,
 }
 
@@ -220,6 +238,24 @@ impl PairingBonus {
     /// `weight · gain` of a GPU going from `before` to `after` milli free.
     pub fn of(&self, before: i32, after: i32) -> f64 {
         self.weight * self.waste.gain(before, after)
+    }
+
+    /// The rank of a node whose score is `rank`, `primary(delta)` plus any other term, when
+    /// its chosen GPU goes from `before` to `after` milli free; `primary` is the score's
+    /// primary term of a change in milli-GPU ([`Blend`]).
+    pub fn rank(
+        &self,
+        rank: f64,
+        delta: f64,
+        (before, after): (i32, i32),
+        primary: impl Fn(f64) -> f64,
+    ) -> f64 {
+        match self.blend {
+            Blend::Rank => rank + self.of(before, after),
+            Blend::Delta => {
+                rank - primary(delta) + primary(delta + f64::from(WHOLE) * self.of(before, after))
+            }
+        }
     }
 }
 
@@ -300,6 +336,7 @@ mod tests {
             weight: 10.0,
             horizon: 4.0,
             matching: Matching::Pooled,
+            blend: Blend::Rank,
             supply: Arc::new(supply),
         };
         // 2 fillers of 190 for 4 holes of 190: half of each stays idle.
@@ -308,8 +345,21 @@ mod tests {
         assert!((b.of(190, 0) - 10.0 * 0.095).abs() < 1e-12);
         assert_eq!(
             format!("{pairing:?}"),
-            "Pairing { weight: 10.0, horizon: 4.0, matching: Pooled, .. }"
+            "Pairing { weight: 10.0, horizon: 4.0, matching: Pooled, blend: Rank, .. }"
         );
+        // Rank: the weighted gain on top of the rank; Delta: the gain in milli added to
+        // the change before the primary term (here ⌊Δ / 100⌋).
+        let bucket = |d: f64| (d / 100.0).floor();
+        assert!((b.rank(3.0, 250.0, (190, 0), bucket) - (3.0 + 0.95)).abs() < 1e-12);
+        let delta = Pairing {
+            blend: Blend::Delta,
+            ..pairing
+        }
+        .bonus(&FreeShares::of([190, 190, 190, 190]));
+        // 250 + 1000 · 0.95 = 1200 → 12 (the rank had 2 from Δ and 1 from another term).
+        assert_eq!(delta.rank(3.0, 250.0, (190, 0), bucket), 13.0);
+        // Opening a 190 hole: 250 − 950 = −700 → −7.
+        assert_eq!(delta.rank(3.0, 250.0, (1000, 190), bucket), -6.0);
     }
 
     #[test]

@@ -15,7 +15,7 @@
 //! model t's GPUs that the classes of M restricted to a few models would take at full load
 //! (capped at 1). GPU shares are in milli-GPU (1000 = one whole GPU).
 
-use super::pairing::Matching;
+use super::pairing::{Blend, Matching};
 use super::{FragMemo, MEMO_MAX_GPUS, ModelSet, NodeView, TaskClass, TypicalWorkload};
 
 /// Model ids a [`ModelSet`] can name.
@@ -210,6 +210,8 @@ pub struct FragScoreConfig {
     pub pair_horizon: f64,
     /// How the pairing term matches expected fillers to holes ([`super::pairing::Matching`]).
     pub pair_matching: Matching,
+    /// Where the pairing term enters the score ([`Blend`]).
+    pub pair_blend: Blend,
 }
 
 impl Default for FragScoreConfig {
@@ -226,9 +228,10 @@ impl Default for FragScoreConfig {
             scarcity: 0.5,
             coverage_pct: 95,
             gpu_weighting: None,
-            pair: 0.0,
+            pair: 5.0,
             pair_horizon: 4.0,
             pair_matching: Matching::Pooled,
+            pair_blend: Blend::Delta,
         }
     }
 }
@@ -270,6 +273,8 @@ impl FragScoreConfig {
                 ("horizon", h) => cfg.pair_horizon = num(k, h)?,
                 ("match", "pooled") => cfg.pair_matching = Matching::Pooled,
                 ("match", "greedy") => cfg.pair_matching = Matching::Greedy,
+                ("blend", "delta") => cfg.pair_blend = Blend::Delta,
+                ("blend", "rank") => cfg.pair_blend = Blend::Rank,
                 ("secondary", "none") => cfg.secondary = Secondary::None,
                 ("secondary", "util") => cfg.secondary = Secondary::Utilisation,
                 ("secondary", "idle") => cfg.secondary = Secondary::LeastIdle,
@@ -291,6 +296,9 @@ pub struct NodeScore {
     /// Chosen GPU for a single-share task (index), `None` for whole-GPU
     /// and CPU-only tasks (those take the lowest-index fully free GPUs).
     pub gpu: Option<usize>,
+    /// Φ(n) − Φ(n′) of that placement in milli-GPU, before the primary term ranks it (what
+    /// the pairing term's [`super::pairing::Blend::Delta`] adds to).
+    pub delta: f64,
 }
 
 /// The task being placed, as plain data.
@@ -416,7 +424,10 @@ impl FragScoring {
         };
         let idle: i64 = node.gpu_free.iter().map(|&r| i64::from(r)).sum();
         let cap = (node.gpu_free.len() as f64 * 1000.0).max(1.0);
-        let primary = |after: f64| -> f64 { self.primary(before - after) };
+        let primary = |after: f64| -> (f64, f64) {
+            let delta = before - after;
+            (self.primary(delta), delta)
+        };
         let secondary = |used: i64| -> f64 {
             let left = (idle - used) as f64;
             match cfg.secondary {
@@ -428,8 +439,8 @@ impl FragScoring {
         let sharing = task.num_gpu == 1 && task.gpu_milli > 0 && task.gpu_milli < 1000;
         if sharing {
             let node_term = cfg.weight * secondary(i64::from(task.gpu_milli));
-            let mut best: Option<(f64, i32, usize)> = None;
-            let mut seen: [(i32, f64); MEMO_MAX_GPUS] = [(-1, 0.0); MEMO_MAX_GPUS];
+            let mut best: Option<((f64, f64), i32, usize)> = None;
+            let mut seen: [(i32, (f64, f64)); MEMO_MAX_GPUS] = [(-1, (0.0, 0.0)); MEMO_MAX_GPUS];
             let mut seen_n = 0usize;
             for (i, &r) in node.gpu_free.iter().enumerate() {
                 if r < task.gpu_milli {
@@ -449,15 +460,16 @@ impl FragScoring {
                 };
                 let better = match best {
                     None => true,
-                    Some((bp, br, _)) => p > bp || (cfg.gpu_best_fit && p == bp && r < br),
+                    Some(((bp, _), br, _)) => p.0 > bp || (cfg.gpu_best_fit && p.0 == bp && r < br),
                 };
                 if better {
                     best = Some((p, r, i));
                 }
             }
-            return best.map(|(p, _, i)| NodeScore {
+            return best.map(|((p, delta), _, i)| NodeScore {
                 score: p + node_term,
                 gpu: Some(i),
+                delta,
             });
         }
         let need = if task.num_gpu == 0 || task.gpu_milli == 0 {
@@ -476,11 +488,12 @@ impl FragScoring {
             }
         }
         let after = after_place(node.gpu_free, task.gpu_milli, need, None);
-        let p = primary(phi_after(&after, memo));
+        let (p, delta) = primary(phi_after(&after, memo));
         let used = i64::from(task.gpu_milli) * i64::from(need);
         Some(NodeScore {
             score: p + cfg.weight * secondary(used),
             gpu: None,
+            delta,
         })
     }
 }
@@ -625,11 +638,18 @@ mod tests {
     }
 
     #[test]
-    fn pairing_is_off_by_default_and_set_by_its_keys() {
+    fn pairing_is_on_in_the_delta_by_default_and_set_by_its_keys() {
         let d = FragScoreConfig::default();
-        assert_eq!((d.pair, d.pair_horizon), (0.0, 4.0));
-        let cfg = FragScoreConfig::parse("pair=10,horizon=2").unwrap_or_default();
-        assert_eq!((cfg.pair, cfg.pair_horizon), (10.0, 2.0));
+        assert_eq!(
+            (d.pair, d.pair_horizon, d.pair_blend),
+            (5.0, 4.0, Blend::Delta)
+        );
+        let cfg = FragScoreConfig::parse("pair=10,horizon=2,blend=rank").unwrap_or_default();
+        assert_eq!(
+            (cfg.pair, cfg.pair_horizon, cfg.pair_blend),
+            (10.0, 2.0, Blend::Rank)
+        );
+        assert!(FragScoreConfig::parse("blend=after").is_err());
         assert!(FragScoreConfig::parse("pair=x").is_err());
         assert!(FragScoreConfig::parse("horizon=inf").is_err());
     }

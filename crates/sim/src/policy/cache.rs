@@ -7,6 +7,8 @@ struct Entry {
     version: u32,
     score: f64,
     gpu: i8,
+    /// The raw change Δ behind `score` (milli-GPU), for policies that rank by more than it.
+    delta: f64,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -49,13 +51,22 @@ impl ScoreCache {
         version: u32,
         score: Option<f64>,
         gpu: Option<usize>,
+        delta: f64,
     ) {
         if let Some(e) = self.entries.get_mut(node * self.n_types + type_id as usize) {
             *e = Entry {
                 version,
                 score: score.unwrap_or(f64::NAN),
                 gpu: gpu.and_then(|g| i8::try_from(g).ok()).unwrap_or(-1),
+                delta,
             };
         }
+    }
+
+    /// The Δ stored with the entry of (`node`, `type_id`) (0 when none).
+    pub fn delta(&self, node: usize, type_id: u32) -> f64 {
+        self.entries
+            .get(node * self.n_types + type_id as usize)
+            .map_or(0.0, |e| e.delta)
     }
 }

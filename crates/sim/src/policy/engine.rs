@@ -24,7 +24,7 @@ use std::sync::Arc;
 use hami_core::config::DeviceConfig;
 use hami_core::engine::{PodPlan, SchedulerDefaults, place_best_serial};
 use hami_core::frag::live::FragModel;
-use hami_core::frag::pairing::{HoleSupply, Matching, Pairing};
+use hami_core::frag::pairing::{Blend, HoleSupply, Matching, Pairing};
 use hami_core::ledger::{Ledger, NodeInventory, PodRecord, VendorDevices};
 use hami_core::model::DeviceInfo;
 use hami_core::policy::{GpuPolicy, NodePolicy};
@@ -77,7 +77,7 @@ pub struct EnginePolicy {
     next_uid: u64,
     /// The pairing term's weight and horizon (`FragScoreConfig::pair`), and the sharing
     /// tasks seen so far: what the extender learns from the pods it sees.
-    pair: (f64, f64, Matching),
+    pair: (f64, f64, Matching, Blend),
     supply: Arc<HoleSupply>,
 }
 
@@ -113,14 +113,19 @@ impl EnginePolicy {
             plans: vec![None; init.n_types],
             cpu_only: Hami::new(hami),
             next_uid: 0,
-            pair: (cfg.pair, cfg.pair_horizon, cfg.pair_matching),
+            pair: (
+                cfg.pair,
+                cfg.pair_horizon,
+                cfg.pair_matching,
+                cfg.pair_blend,
+            ),
             supply: Arc::default(),
         }
     }
 
     /// The pairing term for `task`, counting it as seen (as `hami-frag` does).
     fn pairing_for(&mut self, task: &Task) -> Option<Arc<Pairing>> {
-        let (weight, horizon, matching) = self.pair;
+        let (weight, horizon, matching, blend) = self.pair;
         if self.mode != EngineMode::Frag || weight == 0.0 || !task.is_sharing() {
             return None;
         }
@@ -129,6 +134,7 @@ impl EnginePolicy {
             weight,
             horizon,
             matching,
+            blend,
             supply: self.supply.clone(),
         }))
     }

@@ -98,7 +98,8 @@ impl Policy for Fgd {
                 return hit;
             }
             let res = fgd_node_score(node, task, cluster.slots, &this.workload, &mut this.memo);
-            this.cache.put(n, task.type_id, node.version, res.0, res.1);
+            this.cache
+                .put(n, task.type_id, node.version, res.0, res.1, 0.0);
             res
         };
         let node = pick_best(feasible, ranks, |n| gpu_of(n, self).0)?;

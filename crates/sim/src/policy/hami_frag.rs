@@ -7,17 +7,15 @@ use super::{Placement, Policy, PolicyInit, ScoreCache, pick_best};
 use crate::Task;
 use crate::cluster::{Cluster, lowest_fitting_gpus};
 use crate::frag::{FragScoreConfig, FragScorer, reweighted_by_gpu, typical_workload};
-use hami_core::frag::pairing::{FreeShares, HoleSupply, Matching};
+use hami_core::frag::pairing::{FreeShares, HoleSupply, Pairing};
+use std::sync::Arc;
 
 #[derive(Debug)]
 pub struct HamiFrag {
     scorer: FragScorer,
     cache: ScoreCache,
-    /// Sharing tasks seen so far (for the pairing term).
-    supply: HoleSupply,
-    pair: f64,
-    pair_horizon: f64,
-    pair_matching: Matching,
+    /// The pairing term, its demand the sharing tasks seen so far.
+    pairing: Pairing,
 }
 
 impl HamiFrag {
@@ -36,10 +34,13 @@ impl HamiFrag {
         Self {
             scorer: FragScorer::new(workload, cfg, init.gpus_per_model),
             cache: ScoreCache::new(init.n_nodes, init.n_types),
-            supply: HoleSupply::default(),
-            pair: cfg.pair,
-            pair_horizon: cfg.pair_horizon,
-            pair_matching: cfg.pair_matching,
+            pairing: Pairing {
+                weight: cfg.pair,
+                horizon: cfg.pair_horizon,
+                matching: cfg.pair_matching,
+                blend: cfg.pair_blend,
+                supply: Arc::new(HoleSupply::default()),
+            },
         }
     }
 }
@@ -58,28 +59,27 @@ impl Policy for HamiFrag {
             if let Some(hit) = this.cache.get(n, task.type_id, node.version) {
                 return hit;
             }
-            let res = this
-                .scorer
-                .score(&node.view(), &shape)
-                .map_or((None, None), |s| (Some(s.score), s.gpu));
-            this.cache.put(n, task.type_id, node.version, res.0, res.1);
-            res
+            let res = this.scorer.score(&node.view(), &shape);
+            let (score, gpu) = res.map_or((None, None), |s| (Some(s.score), s.gpu));
+            let delta = res.map_or(0.0, |s| s.delta);
+            this.cache
+                .put(n, task.type_id, node.version, score, gpu, delta);
+            (score, gpu)
         };
-        let node = if self.pair != 0.0 && task.is_sharing() {
-            self.supply.observe(task.milli);
-            let waste = self.supply.waste_matched(
-                &FreeShares::of(cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied())),
-                self.pair_horizon,
-                self.pair_matching,
-            );
-            let weight = self.pair;
+        let node = if self.pairing.weight != 0.0 && task.is_sharing() {
+            Arc::make_mut(&mut self.pairing.supply).observe(task.milli);
+            let bonus = self.pairing.bonus(&FreeShares::of(
+                cluster.nodes.iter().flat_map(|n| n.gpus().iter().copied()),
+            ));
             pick_best(feasible, ranks, |n| {
                 let (score, gpu) = score_of(n, self);
-                let gain = gpu.map_or(0.0, |g| {
-                    let free = cluster.nodes[n].gpu_free[g];
-                    waste.gain(free, free - task.milli)
-                });
-                score.map(|s| s + weight * gain)
+                let (score, g) = (score?, gpu?);
+                let free = cluster.nodes[n].gpu_free[g];
+                let delta = self.cache.delta(n, task.type_id);
+                let scoring = self.scorer.scoring();
+                Some(bonus.rank(score, delta, (free, free - task.milli), |d| {
+                    scoring.primary(d)
+                }))
             })?
         } else {
             pick_best(feasible, ranks, |n| score_of(n, self).0)?
