@@ -391,12 +391,31 @@ fn list(
     sel: &Selector,
     query: &HashMap<String, String>,
 ) -> Result<Reply, ApiError> {
-    // Pagination: the continue token is the last returned "namespace/name".
-    // Unlike the real server, later pages are not from the first page's snapshot.
-    let after = query
-        .get("continue")
-        .filter(|t| !t.is_empty())
-        .map(|t| t.split_once('/').unwrap_or(("", t.as_str())));
+    // Pagination: the continue token is "<resourceVersion>/<namespace>/<name>": the
+    // first page's resourceVersion, then the last object returned. Unlike the real
+    // server, later pages are not from the first page's snapshot, but every page reports
+    // the first page's resourceVersion, as the real server's do: a client that watches
+    // from it (kube-runtime's watcher takes the last page's) is sent every change made
+    // while it paged. Reported at the live resourceVersion, a later page hid the
+    // deletion of an object an earlier page had listed, and the client kept it for good
+    // (`docs/architecture.md#chaos-run`).
+    let token = query.get("continue").filter(|t| !t.is_empty());
+    let (snapshot, after) = match token {
+        None => (None, None),
+        Some(t) => {
+            let bad = || ApiError::bad_request(format!("invalid continue token {t:?}"));
+            let (rv, last) = t.split_once('/').ok_or_else(bad)?;
+            let rv = rv.parse::<u64>().map_err(|_| bad())?;
+            if rv < store.compacted() {
+                return Err(ApiError::Expired {
+                    message: format!(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter. (resourceVersion {rv})"
+                    ),
+                });
+            }
+            (Some(rv), Some(last.split_once('/').unwrap_or(("", last))))
+        }
+    };
     let limit = query
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
@@ -405,7 +424,8 @@ fn list(
     let count_rest = sel.is_empty();
     let page = store.list_page(res, ns, sel, after, limit, count_rest);
     let items = page.items;
-    let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+    let rv = snapshot.unwrap_or(page.resource_version);
+    let mut meta = json!({"resourceVersion": rv.to_string()});
     if page.rest > 0
         && let Some(last) = items.last()
     {
@@ -415,7 +435,7 @@ fn list(
                 .unwrap_or("")
                 .to_string()
         };
-        meta["continue"] = format!("{}/{}", m("namespace"), m("name")).into();
+        meta["continue"] = format!("{rv}/{}/{}", m("namespace"), m("name")).into();
         if count_rest {
             meta["remainingItemCount"] = page.rest.into();
         }

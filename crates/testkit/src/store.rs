@@ -173,6 +173,12 @@ impl Store {
         self.lock().rv
     }
 
+    /// The oldest resourceVersion a watch (or a list's continuation) may still start
+    /// from: older ones were compacted away and get 410.
+    pub fn compacted(&self) -> u64 {
+        self.lock().compacted
+    }
+
     /// Subscribe to resourceVersion changes (watch streams wait on this).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.rv_tx.subscribe()

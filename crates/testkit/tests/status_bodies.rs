@@ -201,6 +201,61 @@ async fn failures_are_status_bodies() {
     );
 }
 
+/// Every page of a paginated list reports the first page's resourceVersion, as the real
+/// server's do: a client watching from it (kube-runtime's watcher starts at the last page's)
+/// is sent the deletion of an object an earlier page listed. Reported at the live
+/// resourceVersion, a deletion between two pages was never sent: the extender's pod relist
+/// kept a deleted pod in its ledger for good (seed 5, `docs/architecture.md#chaos-run`).
+#[tokio::test]
+async fn later_pages_report_the_first_pages_resource_version() {
+    let server = ApiServer::start().await.unwrap();
+    let json = "application/json";
+    let nodes = "/api/v1/nodes";
+    for n in ["n1", "n2", "n3"] {
+        raw(
+            &server,
+            "POST",
+            nodes,
+            json,
+            format!(r#"{{"metadata":{{"name":"{n}"}}}}"#).as_bytes(),
+        )
+        .await;
+    }
+    let first = raw(&server, "GET", &format!("{nodes}?limit=2"), json, b"")
+        .await
+        .1;
+    assert_eq!(first["items"][0]["metadata"]["name"], "n1");
+    let rv = first["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+    let q: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("continue", &token)
+        .finish();
+    // n1, on the first page, goes before the second page is read.
+    let deleted = raw(&server, "DELETE", &format!("{nodes}/n1"), json, b"").await;
+    assert_eq!(deleted.0, 200, "{:?}", deleted.1);
+    assert!(server.store().resource_version() > rv.parse::<u64>().unwrap());
+    let rest = raw(&server, "GET", &format!("{nodes}?limit=2&{q}"), json, b"")
+        .await
+        .1;
+    assert_eq!(rest["items"][0]["metadata"]["name"], "n3");
+    assert_eq!(
+        rest["metadata"]["resourceVersion"].as_str(),
+        Some(rv.as_str()),
+        "a later page must carry the first page's resourceVersion, so a watch from it sends the deletion of n1"
+    );
+    // A continuation whose resourceVersion was compacted away is refused, as the real
+    // server refuses it: the client lists afresh.
+    server.store().compact();
+    assert_status(
+        &raw(&server, "GET", &format!("{nodes}?limit=2&{q}"), json, b"").await,
+        410,
+        "Expired",
+    );
+}
+
 #[tokio::test]
 async fn pagination_and_status_subresource() {
     let server = ApiServer::start().await.unwrap();
