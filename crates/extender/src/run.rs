@@ -194,7 +194,7 @@ async fn serve_connected(
     let events = Recorder::new(client.clone(), &svc.settings.scheduler_name, &instance);
     let (changes, _) = watch::channel(0u64);
     let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness.clone());
-    let mut sup = Supervisor::new(readiness, shutdown, svc.restart);
+    let mut sup = Supervisor::new(readiness, shutdown.clone(), svc.restart);
     let writer = events.writer();
     sup.spawn("event writer", move |stop| writer.clone().run(stop));
 
@@ -240,6 +240,7 @@ async fn serve_connected(
         None => LocalBinds::sole(),
         Some(_) => LocalBinds::with_peers(PEER_BIND_GRACE),
     };
+    binds.stops_with(shutdown.clone());
     let sweep = housekeeping::LockSweep {
         client: client.clone(),
         state: state.clone(),

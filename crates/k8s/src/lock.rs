@@ -13,7 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use hami_core::sync::MutexExt;
@@ -24,6 +24,7 @@ use hami_core::codec::{NodeLock, decode_node_lock, encode_node_lock, release_all
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::Api;
+use tokio_util::sync::CancellationToken;
 
 use crate::patch::{MetadataPatch, is_conflict, is_not_found, patch_node};
 
@@ -110,6 +111,8 @@ pub struct LocalBinds {
     /// unbound owner it is not binding is abandoned. `Some(g)`: other replicas may be
     /// binding; the lock must also be `g` old.
     peer_grace: Option<Duration>,
+    /// Cancelled when this process begins to shut down (`LocalBinds::stops_with`).
+    shutdown: OnceLock<CancellationToken>,
 }
 
 /// A pod's key: namespace and name.
@@ -164,6 +167,7 @@ impl LocalBinds {
         Arc::new(LocalBinds {
             in_flight: Mutex::default(),
             peer_grace: None,
+            shutdown: OnceLock::new(),
         })
     }
 
@@ -173,7 +177,25 @@ impl LocalBinds {
         Arc::new(LocalBinds {
             in_flight: Mutex::default(),
             peer_grace: Some(grace),
+            shutdown: OnceLock::new(),
         })
+    }
+
+    /// Judges no lock abandoned once `shutdown` is cancelled. A process that is stopping
+    /// (or was killed while its HTTP thread still finishes a bind) no longer knows every
+    /// bind: its successor may already be binding the owner it finds unbound, and taking
+    /// that lock would let the device plugin answer the owner's Allocate for the wrong pod
+    /// (`docs/extender.md#node-lock-takeover`). Its lock is then left to expire or to the
+    /// stale-lock sweep of the process that stays. The first token given is kept.
+    pub fn stops_with(&self, shutdown: CancellationToken) {
+        let _ = self.shutdown.set(shutdown);
+    }
+
+    /// Whether this process has begun to shut down ([`LocalBinds::stops_with`]).
+    fn stopping(&self) -> bool {
+        self.shutdown
+            .get()
+            .is_some_and(CancellationToken::is_cancelled)
     }
 
     /// Marks a bind of pod `namespace/name` as in flight until the guard is dropped.
@@ -243,7 +265,8 @@ impl LocalBinds {
             .signed_duration_since(taken)
             .to_std()
             .unwrap_or_default();
-        hami_core::pod::bound_node(owner).is_none()
+        !self.stopping()
+            && hami_core::pod::bound_node(owner).is_none()
             && !read.touched()
             && !self.is_binding(ns, name)
             && self.peer_grace.is_none_or(|grace| held >= grace)

@@ -314,6 +314,39 @@ async fn a_scheduler_that_knows_its_binds_takes_over_locks_nobody_is_binding() {
     );
 }
 
+/// The chaos run's fault of seed 5 (`docs/architecture.md#chaos-run`): a killed extender's
+/// HTTP thread still finished a bind, found the lock its successor had just taken for a pod
+/// it knew nothing of, and took it over as abandoned; the device plugin then answered that
+/// pod's Allocate for the wrong one. A process that is stopping judges no lock abandoned.
+#[tokio::test]
+async fn a_stopping_scheduler_takes_over_no_lock_as_abandoned() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "successors", json!({})).await;
+    create_pod(&client, "me", json!({})).await;
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let lock_value_of_successor = format!("{now},default,successors");
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let sole = LocalBinds::sole();
+    sole.stops_with(shutdown.clone());
+
+    // Running: an unbound owner nobody here binds is abandoned (as before).
+    set_lock(&client, &lock_value_of_successor).await;
+    assert!(matches!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole).await,
+        Ok(Acquired::TookOver(Takeover::Abandoned { .. }))
+    ));
+    // Stopping: the same lock is held; the lock names its owner still.
+    set_lock(&client, &lock_value_of_successor).await;
+    shutdown.cancel();
+    assert!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole)
+            .await
+            .unwrap_err()
+            .is_held()
+    );
+    assert_eq!(lock_value(&client).await, Some(lock_value_of_successor));
+}
+
 /// The chaos run's fault (`docs/architecture.md#chaos-run`): a bind that ends while the
 /// next locker reads its owner pod may have created its Binding after the read was
 /// answered, so the unbound owner that read returned proves nothing; the lock is held
