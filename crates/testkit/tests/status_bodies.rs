@@ -201,6 +201,22 @@ async fn failures_are_status_bodies() {
     );
 }
 
+/// An API server holding nodes n1, n2 and n3, for the paginated-list tests.
+async fn server_with_three_nodes() -> ApiServer {
+    let server = ApiServer::start().await.unwrap();
+    for n in ["n1", "n2", "n3"] {
+        raw(
+            &server,
+            "POST",
+            "/api/v1/nodes",
+            "application/json",
+            format!(r#"{{"metadata":{{"name":"{n}"}}}}"#).as_bytes(),
+        )
+        .await;
+    }
+    server
+}
+
 /// Every page of a paginated list reports the first page's resourceVersion, as the real
 /// server's do: a client watching from it (kube-runtime's watcher starts at the last page's)
 /// is sent the deletion of an object an earlier page listed. Reported at the live
@@ -208,19 +224,9 @@ async fn failures_are_status_bodies() {
 /// kept a deleted pod in its ledger for good (seed 5, `docs/architecture.md#chaos-run`).
 #[tokio::test]
 async fn later_pages_report_the_first_pages_resource_version() {
-    let server = ApiServer::start().await.unwrap();
+    let server = server_with_three_nodes().await;
     let json = "application/json";
     let nodes = "/api/v1/nodes";
-    for n in ["n1", "n2", "n3"] {
-        raw(
-            &server,
-            "POST",
-            nodes,
-            json,
-            format!(r#"{{"metadata":{{"name":"{n}"}}}}"#).as_bytes(),
-        )
-        .await;
-    }
     let first = raw(&server, "GET", &format!("{nodes}?limit=2"), json, b"")
         .await
         .1;
@@ -258,19 +264,9 @@ async fn later_pages_report_the_first_pages_resource_version() {
 
 #[tokio::test]
 async fn pagination_and_status_subresource() {
-    let server = ApiServer::start().await.unwrap();
+    let server = server_with_three_nodes().await;
     let json = "application/json";
     let nodes = "/api/v1/nodes";
-    for n in ["n1", "n2", "n3"] {
-        raw(
-            &server,
-            "POST",
-            nodes,
-            json,
-            format!(r#"{{"metadata":{{"name":"{n}"}}}}"#).as_bytes(),
-        )
-        .await;
-    }
     let first = raw(&server, "GET", &format!("{nodes}?limit=2"), json, b"")
         .await
         .1;
