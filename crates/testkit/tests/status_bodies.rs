@@ -201,20 +201,25 @@ async fn failures_are_status_bodies() {
     );
 }
 
-/// An API server holding nodes n1, n2 and n3, for the paginated-list tests.
-async fn server_with_three_nodes() -> ApiServer {
+/// An API server holding nodes n1, n2 and n3, and the first page (two nodes) of their list,
+/// for the paginated-list tests.
+async fn first_page_of_three_nodes() -> (ApiServer, serde_json::Value) {
     let server = ApiServer::start().await.unwrap();
+    let (json, nodes) = ("application/json", "/api/v1/nodes");
     for n in ["n1", "n2", "n3"] {
         raw(
             &server,
             "POST",
-            "/api/v1/nodes",
-            "application/json",
+            nodes,
+            json,
             format!(r#"{{"metadata":{{"name":"{n}"}}}}"#).as_bytes(),
         )
         .await;
     }
-    server
+    let first = raw(&server, "GET", &format!("{nodes}?limit=2"), json, b"")
+        .await
+        .1;
+    (server, first)
 }
 
 /// Every page of a paginated list reports the first page's resourceVersion, as the real
@@ -224,12 +229,9 @@ async fn server_with_three_nodes() -> ApiServer {
 /// kept a deleted pod in its ledger for good (seed 5, `docs/architecture.md#chaos-run`).
 #[tokio::test]
 async fn later_pages_report_the_first_pages_resource_version() {
-    let server = server_with_three_nodes().await;
+    let (server, first) = first_page_of_three_nodes().await;
     let json = "application/json";
     let nodes = "/api/v1/nodes";
-    let first = raw(&server, "GET", &format!("{nodes}?limit=2"), json, b"")
-        .await
-        .1;
     assert_eq!(first["items"][0]["metadata"]["name"], "n1");
     let rv = first["metadata"]["resourceVersion"]
         .as_str()
@@ -264,12 +266,9 @@ async fn later_pages_report_the_first_pages_resource_version() {
 
 #[tokio::test]
 async fn pagination_and_status_subresource() {
-    let server = server_with_three_nodes().await;
+    let (server, first) = first_page_of_three_nodes().await;
     let json = "application/json";
     let nodes = "/api/v1/nodes";
-    let first = raw(&server, "GET", &format!("{nodes}?limit=2"), json, b"")
-        .await
-        .1;
     assert_eq!(first["kind"], "NodeList");
     assert_eq!(first["items"].as_array().unwrap().len(), 2);
     let token = first["metadata"]["continue"].as_str().unwrap().to_string();
