@@ -49,6 +49,7 @@ fn api_failure(e: &kube::Error, message: String) -> Failure {
 fn lock_failure(e: LockError) -> Failure {
     match e {
         LockError::NodeNotFound(n) => fail(ErrorReason::NodeGone, format!("node {n} not found")),
+        e @ LockError::Stopping { .. } => fail(ErrorReason::ShuttingDown, e.to_string()),
         e => fail(ErrorReason::Api, e.to_string()),
     }
 }
@@ -125,6 +126,16 @@ impl Extender {
             args.node.as_str(),
             args.pod_uid.as_str(),
         );
+        // A stopping process starts no bind: its locks would outlive it
+        // (`docs/extender.md#shutdown`).
+        if self.binds.stopping() {
+            return Err(fail(
+                ErrorReason::ShuttingDown,
+                format!(
+                    "pod {ns}/{name}: hami-scheduler is shutting down and starts no bind; the bind is retried against the scheduler that replaces it"
+                ),
+            ));
+        }
         let _in_flight = self.binds.start(ns, name);
         let held = self.lock_state().holding_node(uid).map(str::to_string);
         tracing::trace!(%uid, ?held, "bind start");
@@ -462,7 +473,8 @@ impl Extender {
     }
 
     /// Runs `attempt` until it takes its lock, waiting (bounded by `--node-lock-wait`)
-    /// while the lock is held, on the node's queue.
+    /// while the lock is held, on the node's queue. A wait ends at once when the process
+    /// begins to shut down, and no attempt is made after (`docs/extender.md#shutdown`).
     async fn acquire_waiting<T, Fut>(
         &self,
         node: &str,
@@ -474,9 +486,14 @@ impl Extender {
         let started = Instant::now();
         let deadline = started + self.settings.node_lock_wait;
         let queue = self.node_queue(node);
-        let _turn = match tokio::time::timeout_at(deadline.into(), queue.lock()).await {
-            Ok(g) => g,
-            Err(_) => {
+        let turn = tokio::select! {
+            () = self.binds.stopped() => None,
+            turn = tokio::time::timeout_at(deadline.into(), queue.lock()) => Some(turn),
+        };
+        let _turn = match turn {
+            None => return Err(self.stopped_waiting(node)),
+            Some(Ok(g)) => g,
+            Some(Err(_)) => {
                 return Err(fail(
                     ErrorReason::LockTimeout,
                     self.locked_message(node, "other pods are binding to it"),
@@ -487,6 +504,9 @@ impl Extender {
         let mut changes = self.node_changes.subscribe();
         let mut waited = false;
         loop {
+            if self.binds.stopping() {
+                return Err(self.stopped_waiting(node));
+            }
             match attempt().await {
                 Ok(a) => {
                     if waited {
@@ -506,12 +526,25 @@ impl Extender {
                     // on the poll timer, whichever comes first.
                     waited = true;
                     let wait = delay.min(deadline - now);
-                    let _ = tokio::time::timeout(wait, changes.changed()).await;
+                    tokio::select! {
+                        () = self.binds.stopped() => {}
+                        _ = tokio::time::timeout(wait, changes.changed()) => {}
+                    }
                     delay = (delay * 2).min(LOCK_POLL_MAX);
                 }
                 Err(e) => return Err(lock_failure(e)),
             }
         }
+    }
+
+    /// Why a bind stopped waiting for the lock of `node`: this process began to shut down.
+    fn stopped_waiting(&self, node: &str) -> Failure {
+        fail(
+            ErrorReason::ShuttingDown,
+            format!(
+                "hami-scheduler began to shut down while the bind waited for the lock of node {node}; the bind is retried against the scheduler that replaces it"
+            ),
+        )
     }
 
     /// Gives back the vendors' time-stamp locks a failed bind took.

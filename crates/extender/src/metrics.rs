@@ -119,6 +119,8 @@ label_values! {
         NodeGone => "node_gone",
         /// The pod is gone (deleted, or re-created under its name: another UID).
         PodGone => "pod_gone",
+        /// The process is shutting down: it starts no bind and ends lock waits.
+        ShuttingDown => "shutting_down",
         /// Any other API server failure.
         Api => "api",
     }

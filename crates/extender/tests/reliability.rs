@@ -15,7 +15,8 @@ use hami_scheduler::run::RunError;
 use hami_server::supervise::RestartPolicy;
 use hami_testkit::store::{DeleteOptions, Preconditions};
 use hami_testkit::{Fault, resources};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::Api;
 use serde_json::{Value, json};
 
 fn install_crypto() {
@@ -431,4 +432,65 @@ async fn a_bind_failing_for_a_pod_bound_meanwhile_keeps_its_node_lock() {
     });
     assert_eq!(bound.error, "");
     assert!(c.node_lock("n1").await.unwrap().ends_with(",default,b"));
+}
+
+/// A graceful stop does not wait out `--node-lock-wait` (chaos: a graceful restart took
+/// 10.3 s against the harness's 10 s): a bind waiting for a node lock ends at once with
+/// the reason, the stop returns within a small bound, and the lock is left as it was
+/// (`docs/extender.md#shutdown`).
+#[tokio::test]
+async fn a_graceful_stop_ends_a_bind_waiting_for_a_node_lock_at_once() {
+    install_crypto();
+    let knobs = Knobs {
+        node_lock_wait: Duration::from_secs(20),
+        ..Knobs::default()
+    };
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], knobs).await;
+    // `a` is bound and awaits its Allocate: its lock is live.
+    c.create(&gpu_pod("a", &[limits(6000)], json!({}))).await;
+    assert_eq!(c.schedule("a").await, "n1");
+    c.create(&gpu_pod("q", &[limits(1000)], json!({}))).await;
+    assert_eq!(chosen(&c.filter("q").await).as_deref(), Some("n1"));
+    let uid = c.pods().get("q").await.unwrap().metadata.uid.unwrap();
+    let addr = c.ext.addr;
+    let q = tokio::spawn(async move {
+        let body = json!({"PodName": "q", "PodNamespace": "default", "PodUID": uid, "Node": "n1"});
+        let r = hami_server::test_support::http_request(
+            addr,
+            hami_server::test_support::request("POST", "/bind", body.to_string()).unwrap(),
+        )
+        .await
+        .unwrap();
+        serde_json::from_slice::<hami_scheduler::wire::ExtenderBindingResult>(&r.body).unwrap()
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!q.is_finished(), "q waits for a's lock");
+
+    let Cluster {
+        ext,
+        server,
+        client,
+        ..
+    } = c;
+    let stopping = Instant::now();
+    ext.stop().await;
+    let took = stopping.elapsed();
+    assert!(took < Duration::from_secs(3), "the stop took {took:?}");
+    let q = tokio::time::timeout(Duration::from_secs(1), q)
+        .await
+        .expect("q's bind was not answered")
+        .unwrap();
+    assert!(
+        q.error
+            .contains("began to shut down while the bind waited for the lock of node n1"),
+        "{}",
+        q.error
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let lock =
+        nodes.get("n1").await.unwrap().metadata.annotations.unwrap()["hami.io/mutex.lock"].clone();
+    assert!(lock.ends_with(",default,a"), "{lock}");
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    assert_eq!(pods.get("q").await.unwrap().spec.unwrap().node_name, None);
+    drop(server);
 }

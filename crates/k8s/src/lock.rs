@@ -61,6 +61,12 @@ pub enum LockError {
     Contended { node: String },
     #[error("node {node}: {source}")]
     Api { node: String, source: kube::Error },
+    /// This process began to shut down ([`LocalBinds::stops_with`]): it takes no lock,
+    /// so none is left behind for its successor to find.
+    #[error(
+        "node {node}: this scheduler is shutting down and takes no node lock; the bind is retried against the scheduler that replaces it"
+    )]
+    Stopping { node: String },
 }
 
 impl LockError {
@@ -192,10 +198,19 @@ impl LocalBinds {
     }
 
     /// Whether this process has begun to shut down ([`LocalBinds::stops_with`]).
-    fn stopping(&self) -> bool {
+    pub fn stopping(&self) -> bool {
         self.shutdown
             .get()
             .is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Resolves once this process begins to shut down; never without a token
+    /// ([`LocalBinds::stops_with`]). What a bind waiting for a lock wakes on.
+    pub async fn stopped(&self) {
+        match self.shutdown.get() {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// Marks a bind of pod `namespace/name` as in flight until the guard is dropped.
@@ -408,6 +423,13 @@ async fn acquire(
                 (how, resource_version(&n))
             }
         };
+        // Checked before every write: a stopping process takes no lock, free or to take
+        // over (a held one is answered as held above), `docs/extender.md#shutdown`.
+        if binds.is_some_and(LocalBinds::stopping) {
+            return Err(LockError::Stopping {
+                node: node.to_string(),
+            });
+        }
         let now: DateTime<FixedOffset> = Utc::now().fixed_offset();
         let value = encode_node_lock(&NodeLock::owned(now, namespace, pod));
         let patch = MetadataPatch::new()

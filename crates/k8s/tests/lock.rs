@@ -347,6 +347,58 @@ async fn a_stopping_scheduler_takes_over_no_lock_as_abandoned() {
     assert_eq!(lock_value(&client).await, Some(lock_value_of_successor));
 }
 
+/// A stopping process takes no lock at all (`docs/extender.md#shutdown`): neither a free
+/// one (read first, or written against the node watch's view) nor one it would take over;
+/// the node is left as it was and the error says why. One that is not stopping takes it.
+#[tokio::test]
+async fn a_stopping_scheduler_takes_no_free_lock() {
+    let (_server, client) = setup().await;
+    create_pod(&client, "me", json!({})).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let sole = LocalBinds::sole();
+    sole.stops_with(shutdown.clone());
+    shutdown.cancel();
+
+    let read_first = lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole).await;
+    assert!(
+        matches!(&read_first, Err(LockError::Stopping { node }) if node == "n1"),
+        "{read_first:?}"
+    );
+    let err = read_first.unwrap_err();
+    assert!(!err.is_held(), "waiting does not help a stopping process");
+    assert!(err.to_string().contains("shutting down"), "{err}");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let version = nodes
+        .get("n1")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let seen =
+        lock::try_acquire_seen_unlocked(&client, "n1", "default", "me", TIMEOUT, &sole, &version)
+            .await;
+    assert!(matches!(seen, Err(LockError::Stopping { .. })), "{seen:?}");
+    // Expired: a running process would take it over.
+    set_lock(&client, "2000-01-01T00:00:00Z,default,gone").await;
+    let expired = lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &sole).await;
+    assert!(
+        matches!(expired, Err(LockError::Stopping { .. })),
+        "{expired:?}"
+    );
+    assert_eq!(
+        lock_value(&client).await.as_deref(),
+        Some("2000-01-01T00:00:00Z,default,gone")
+    );
+
+    let running = LocalBinds::sole();
+    running.stops_with(tokio_util::sync::CancellationToken::new());
+    assert!(matches!(
+        lock::try_acquire_with(&client, "n1", "default", "me", TIMEOUT, &running).await,
+        Ok(Acquired::TookOver(Takeover::Expired { .. }))
+    ));
+}
+
 /// The chaos run's fault (`docs/architecture.md#chaos-run`): a bind that ends while the
 /// next locker reads its owner pod may have created its Binding after the read was
 /// answered, so the unbound owner that read returned proves nothing; the lock is held
