@@ -105,8 +105,12 @@ impl Running {
 
 impl Running {
     /// Ends the component at once, as `kill -9` ends a process: its task is aborted
-    /// wherever it stands, then its stop token is cancelled so the tasks it spawned (its
-    /// connections, watches) end too, as they would with the process.
+    /// wherever it stands, and with it every task its supervisor runs (aborted when the
+    /// supervisor is dropped) and the extender's `/filter`–`/bind` thread, whose runtime
+    /// is shut down without draining: its connections and in-flight binds are dropped, and
+    /// the killed instance writes nothing more (`docs/extender.md#shutdown`). Then its stop
+    /// token is cancelled, so what it spawned outside a supervisor (connections of a
+    /// server on this runtime) ends too; those finish the request they are serving.
     pub(crate) async fn kill(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();

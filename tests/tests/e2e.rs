@@ -1058,3 +1058,78 @@ async fn amd_and_dcu_kubelet_restart_and_a_vanishing_device() {
     assert!(outcome.ok(), "{:#?}", outcome.problems);
     cluster.shutdown().await.unwrap();
 }
+
+/// The harness's kill is a real `kill -9` (`docs/extender.md#shutdown`): a bind that holds
+/// its node lock and waits for its Binding is dropped where it stands. It neither binds the
+/// pod nor gives the lock back after the kill (before, the killed extender's HTTP thread
+/// went on binding beside its successor); the successor then takes the abandoned lock over
+/// and runs the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_extender_writes_nothing_more() {
+    let node = "gpu-one";
+    let mut cluster = DemoCluster::start(
+        ClusterSpec::new(vec![hami_e2e::NodeSpec::new(node).gpus(
+            "Tesla T4",
+            15360,
+            &[0],
+        )])
+        .timing(Timing::fast()),
+    )
+    .await
+    .expect("cluster starts");
+    // `q` waits until the blocker leaves, so the Binding fault below is in place first.
+    let blocker = GpuPod::new("blocker").gpus(1).gpumem(15360);
+    cluster.create_pod(&blocker).await.unwrap();
+    cluster
+        .wait_running("default", "blocker", WAIT)
+        .await
+        .unwrap();
+    cluster
+        .create_pod(&GpuPod::new("q").gpus(1).gpumem(1000))
+        .await
+        .unwrap();
+    let pending = cluster.wait_settled("default", "q", WAIT).await.unwrap();
+    assert!(
+        matches!(pending, Settled::Unschedulable { .. }),
+        "{pending:?}"
+    );
+    // q's Binding hangs 4 s, then fails (and is retried by the client).
+    cluster.api().faults().fail_path(
+        "create",
+        "/pods/q/binding",
+        hami_testkit::Fault::Timeout(Duration::from_secs(4)),
+    );
+    cluster.delete_pod("default", "blocker").await.unwrap();
+    let lock_of_q = |c: &DemoCluster| {
+        node_annotation(c, node, keys::NODE_LOCK).is_some_and(|v| v.ends_with(",default,q"))
+    };
+    let deadline = std::time::Instant::now() + WAIT;
+    while !lock_of_q(&cluster) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "q's bind never took the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The bind holds the lock and waits for its Binding: killed now.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    cluster.kill_extender().await;
+    // Past the bind's own limit (10 s from its lock, `LOCKED_BIND_LIMIT`), by which a
+    // live bind, its Binding failing on, would have given the lock back.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(
+        lock_of_q(&cluster),
+        "the lock changed after the kill: {:?}",
+        node_annotation(&cluster, node, keys::NODE_LOCK)
+    );
+    let q = cluster.pod("default", "q").unwrap();
+    assert_eq!(q.pointer("/spec/nodeName"), None, "{q}");
+
+    cluster.api().faults().clear();
+    cluster.start_extender().await.unwrap();
+    assert_eq!(
+        cluster.wait_running("default", "q", WAIT).await.unwrap(),
+        node
+    );
+    cluster.shutdown().await.unwrap();
+}

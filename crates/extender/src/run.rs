@@ -320,6 +320,12 @@ async fn serve_connected(
 }
 
 /// Serves `handler` on a new thread with a one-thread runtime; resolves when it stops.
+///
+/// `stop` stops it gracefully: open connections finish their requests (binds waiting for
+/// a node lock end at once, `docs/extender.md#shutdown`). Dropping the returned future
+/// before it resolved (the process's task aborted, as the test harness's `kill -9`
+/// does) kills it: the runtime is shut down where it stands, every connection and
+/// in-flight bind dropped without draining, so the killed process writes nothing more.
 async fn serve_on_own_thread(
     listener: std::net::TcpListener,
     tls: TlsConfig,
@@ -327,6 +333,8 @@ async fn serve_on_own_thread(
     stop: CancellationToken,
 ) -> Result<(), String> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let kill = CancellationToken::new();
+    let _kill_when_dropped = kill.clone().drop_guard();
     let spawned = std::thread::Builder::new()
         .name("extender-http".into())
         .spawn(move || {
@@ -335,13 +343,22 @@ async fn serve_on_own_thread(
                     .enable_all()
                     .build()
                     .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
-                rt.block_on(async move {
+                let served = rt.block_on(async move {
                     let listener =
                         TcpListener::from_std(listener).map_err(|e| format!("listener: {e}"))?;
-                    serve(listener, tls, handler, stop)
-                        .await
-                        .map_err(|e| e.to_string())
-                })
+                    tokio::select! {
+                        served = serve(listener, tls, handler, stop) => {
+                            served.map_err(|e| e.to_string()).map(|()| false)
+                        }
+                        () = kill.cancelled() => Ok(true),
+                    }
+                });
+                if let Ok(true) = served {
+                    // Not waiting for anything: a killed process waits for nothing.
+                    rt.shutdown_background();
+                    tracing::warn!("the HTTP thread was killed; its connections and binds dropped where they stood");
+                }
+                served.map(|_| ())
             }));
             let result =
                 run.unwrap_or_else(|p| Err(format!("the HTTP thread panicked: {}", panic_text(p))));

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::admin::{AdminState, MetricsPriority, Readiness, serve_admin_with};
 use crate::listener::Relistener;
@@ -128,7 +129,9 @@ where
     loop {
         let stop = shutdown.child_token();
         let run = make(stop.clone());
-        let ended = tokio::spawn(run).await;
+        // Aborted with this task: a supervisor dropped unfinished (its process killed)
+        // leaves nothing running behind it.
+        let ended = AbortOnDropHandle::new(tokio::spawn(run)).await;
         // Whatever the run started and left behind (threads, child tasks holding `stop`)
         // ends with it, before a new run starts.
         stop.cancel();

@@ -60,6 +60,8 @@ struct State {
     latency: Duration,
     /// verb → (failure rate in 0..=1, fault, requests seen)
     errors: HashMap<String, (f64, Fault, u64)>,
+    /// (verb, path suffix) → the fault every such request gets.
+    path_faults: Vec<(String, String, Fault)>,
     hooks: Vec<PendingHook>,
     log: Vec<RequestRecord>,
 }
@@ -86,6 +88,14 @@ impl Faults {
             .insert(verb.to_string(), (rate.clamp(0.0, 1.0), fault, 0));
     }
 
+    /// Fails every request with `verb` whose path ends with `path_suffix` with `fault`
+    /// (until [`Faults::clear`]): one object's writes, the others' left alone.
+    pub fn fail_path(&self, verb: &str, path_suffix: &str, fault: Fault) {
+        self.lock()
+            .path_faults
+            .push((verb.to_string(), path_suffix.to_string(), fault));
+    }
+
     /// Runs `hook` once, just before the next request with `verb` whose path ends
     /// with `path_suffix` is handled (after any latency): the way to change the
     /// cluster between two calls of a client, e.g. to replace a pod after a component
@@ -103,6 +113,7 @@ impl Faults {
         let mut s = self.lock();
         s.latency = Duration::ZERO;
         s.errors.clear();
+        s.path_faults.clear();
         s.hooks.clear();
     }
 
@@ -120,12 +131,18 @@ impl Faults {
     pub(crate) fn decide(&self, verb: &str, path: &str) -> (Duration, Option<Fault>, Option<Hook>) {
         let mut s = self.lock();
         let latency = s.latency;
-        let fault = s.errors.get_mut(verb).and_then(|(rate, fault, n)| {
+        let by_rate = s.errors.get_mut(verb).and_then(|(rate, fault, n)| {
             // Fail when the running count of `rate * n` crosses an integer.
             let before = (*rate * *n as f64).floor();
             *n += 1;
             ((*rate * *n as f64).floor() > before).then_some(*fault)
         });
+        let fault = s
+            .path_faults
+            .iter()
+            .find(|(v, suffix, _)| v == verb && path.ends_with(suffix.as_str()))
+            .map(|(_, _, f)| *f)
+            .or(by_rate);
         let hook = s
             .hooks
             .iter()
