@@ -233,6 +233,26 @@ async fn a_lock_left_by_a_killed_extender_is_taken_over_at_once() {
     );
 }
 
+/// Sends pod `name`'s /bind to `node` in a task of its own: the answer, once it comes.
+async fn spawn_bind(
+    c: &Cluster,
+    name: &str,
+    node: &str,
+) -> tokio::task::JoinHandle<hami_scheduler::wire::ExtenderBindingResult> {
+    let uid = c.pods().get(name).await.unwrap().metadata.uid.unwrap();
+    let body = json!({"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": node});
+    let addr = c.ext.addr;
+    tokio::spawn(async move {
+        let r = hami_server::test_support::http_request(
+            addr,
+            hami_server::test_support::request("POST", "/bind", body.to_string()).unwrap(),
+        )
+        .await
+        .unwrap();
+        serde_json::from_slice(&r.body).unwrap()
+    })
+}
+
 #[tokio::test]
 async fn with_other_replicas_a_fresh_lock_is_respected_and_its_owner_does_not_queue() {
     install_crypto();
@@ -246,21 +266,7 @@ async fn with_other_replicas_a_fresh_lock_is_respected_and_its_owner_does_not_qu
     leave_orphan_lock(&c, "n1", chrono::Utc::now().fixed_offset()).await;
     c.create(&gpu_pod("q", &[limits(1000)], json!({}))).await;
     assert_eq!(chosen(&c.filter("q").await).as_deref(), Some("n1"));
-    let q = {
-        let addr = c.ext.addr;
-        let uid = c.pods().get("q").await.unwrap().metadata.uid.unwrap();
-        tokio::spawn(async move {
-            let body =
-                json!({"PodName": "q", "PodNamespace": "default", "PodUID": uid, "Node": "n1"});
-            let r = hami_server::test_support::http_request(
-                addr,
-                hami_server::test_support::request("POST", "/bind", body.to_string()).unwrap(),
-            )
-            .await
-            .unwrap();
-            serde_json::from_slice::<hami_scheduler::wire::ExtenderBindingResult>(&r.body).unwrap()
-        })
-    };
+    let q = { spawn_bind(&c, "q", "n1").await };
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The owner's own retry takes its lock back at once, not after `q` gives up.
     assert_eq!(chosen(&c.filter("orphan").await).as_deref(), Some("n1"));
@@ -451,18 +457,7 @@ async fn a_graceful_stop_ends_a_bind_waiting_for_a_node_lock_at_once() {
     assert_eq!(c.schedule("a").await, "n1");
     c.create(&gpu_pod("q", &[limits(1000)], json!({}))).await;
     assert_eq!(chosen(&c.filter("q").await).as_deref(), Some("n1"));
-    let uid = c.pods().get("q").await.unwrap().metadata.uid.unwrap();
-    let addr = c.ext.addr;
-    let q = tokio::spawn(async move {
-        let body = json!({"PodName": "q", "PodNamespace": "default", "PodUID": uid, "Node": "n1"});
-        let r = hami_server::test_support::http_request(
-            addr,
-            hami_server::test_support::request("POST", "/bind", body.to_string()).unwrap(),
-        )
-        .await
-        .unwrap();
-        serde_json::from_slice::<hami_scheduler::wire::ExtenderBindingResult>(&r.body).unwrap()
-    });
+    let q = spawn_bind(&c, "q", "n1").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(!q.is_finished(), "q waits for a's lock");
 
