@@ -432,3 +432,58 @@ async fn a_bind_failing_for_a_pod_bound_meanwhile_keeps_its_node_lock() {
     assert_eq!(bound.error, "");
     assert!(c.node_lock("n1").await.unwrap().ends_with(",default,b"));
 }
+
+/// The Binding made though its answer was lost: the API server bound the pod and answered
+/// 500, or its answer timed out (504; the client sends the Binding again and is told the
+/// pod is assigned already). The pod is bound under the bind's UID, so the bind is
+/// answered as done, its reservation stays counted and its node lock waits for the device
+/// plugin's Allocate (`docs/extender.md#node-lock-takeover`).
+#[tokio::test]
+async fn a_binding_made_though_its_answer_was_lost_stands_and_keeps_its_node_lock() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    let faults = c.server.faults().clone();
+    for (n, (pod, fault)) in [
+        ("a", Fault::InternalError),
+        ("t", Fault::Timeout(Duration::from_millis(100))),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.create(&gpu_pod(pod, &[limits(4000)], json!({}))).await;
+        assert_eq!(chosen(&c.filter(pod).await).as_deref(), Some("n1"));
+        c.wait_annotations(pod, |a| a.contains_key("hami.io/vgpu-devices-allocated"))
+            .await;
+        // The Binding is made (in the store, as the API server does) and its answer is
+        // the fault; only the first Binding fails (a retry is answered by the store).
+        let bind = bind_in_store(&c, pod, "n1");
+        let disarm = faults.clone();
+        faults.before_next("create", &format!("/pods/{pod}/binding"), move || {
+            bind();
+            disarm.set_error_rate("create", 0.0, Fault::InternalError);
+        });
+        faults.set_error_rate("create", 1.0, fault);
+        let b = c.bind(pod, "n1").await;
+        faults.clear();
+        assert_eq!(b.error, "", "{pod} is bound to n1: its bind stands");
+        let p = c.pods().get(pod).await.unwrap();
+        assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("n1"));
+        let lock = c
+            .node_lock("n1")
+            .await
+            .expect("the lock of a bound pod awaiting its Allocate was released");
+        assert!(lock.ends_with(&format!(",default,{pod}")), "{lock}");
+        assert_eq!(
+            c.allocated_mem().await.values().sum::<u64>(),
+            4000 * (n as u64 + 1),
+            "{pod}: the bound pod's GPU is still counted"
+        );
+        let metrics = c.metrics().await;
+        let bound = format!(
+            "hami_scheduler_bind_requests_total{{result=\"bound\"}} {}",
+            n + 1
+        );
+        assert!(metrics.contains(&bound), "{pod}: {metrics}");
+        c.finish_allocation(pod, "n1").await;
+    }
+}
