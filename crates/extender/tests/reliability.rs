@@ -487,3 +487,59 @@ async fn a_binding_made_though_its_answer_was_lost_stands_and_keeps_its_node_loc
         c.finish_allocation(pod, "n1").await;
     }
 }
+
+/// The bind-phase write failed (no Binding sent), but another bind of the pod ran while
+/// this one waited and the pod is bound to the node under this bind's UID: the failed
+/// bind reads the pod, is answered as done and keeps its node lock for the device
+/// plugin (`docs/extender.md#node-lock-takeover`). The other bind here is one for another
+/// node, which needs no API call and so runs at a known point; the Binding such a bind
+/// makes is written straight in the store.
+#[tokio::test]
+async fn a_bind_whose_mark_failed_while_another_bind_of_the_pod_bound_it_stands() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    // Annotated as HAMi's /filter leaves a pod: without the mark, which /bind writes.
+    let devices = "n1-gpu0,NVIDIA,6000,0:;";
+    let decided = json!({
+        "hami.io/vgpu-node": "n1",
+        "hami.io/vgpu-time": chrono::Utc::now().timestamp().to_string(),
+        "hami.io/vgpu-devices-to-allocate": devices,
+        "hami.io/vgpu-devices-allocated": devices,
+    });
+    c.create(&gpu_pod("a", &[limits(6000)], decided)).await;
+    c.wait_allocated("n1-gpu0", 6000).await;
+    let uid = c.pods().get("a").await.unwrap().metadata.uid.unwrap();
+
+    // Once the node lock is written, every request waits 2 s and the bind-phase write
+    // fails (500); the pod is bound to n1 just before that failure is answered.
+    let faults = c.server.faults().clone();
+    let (locked_tx, locked) = tokio::sync::oneshot::channel();
+    let arm = faults.clone();
+    faults.before_next("patch", "/nodes/n1", move || {
+        arm.set_latency(Duration::from_secs(2));
+        arm.set_error_rate("patch", 1.0, Fault::InternalError);
+        let _ = locked_tx.send(());
+    });
+    let bind = bind_in_store(&c, "a", "n1");
+    let disarm = faults.clone();
+    faults.before_next("patch", "/pods/a", move || {
+        bind();
+        disarm.set_latency(Duration::ZERO);
+        disarm.set_error_rate("patch", 0.0, Fault::InternalError);
+    });
+    let body = |node: &str| json!({"PodName": "a", "PodNamespace": "default", "PodUID": uid, "Node": node});
+    let first = c.post::<hami_scheduler::wire::ExtenderBindingResult>("/bind", body("n1"));
+    let (first, ()) = tokio::join!(first, async {
+        locked.await.unwrap();
+        let other: hami_scheduler::wire::ExtenderBindingResult = c.post("/bind", body("n2")).await;
+        assert!(other.error.contains("not on n2"), "{}", other.error);
+    });
+    faults.clear();
+    assert_eq!(first.error, "", "a is bound to n1: its bind stands");
+    let lock = c
+        .node_lock("n1")
+        .await
+        .expect("the lock of a bound pod awaiting its Allocate was released");
+    assert!(lock.ends_with(",default,a"), "{lock}");
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 6000);
+}
