@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Knobs, chosen, gpu_pod, gpus, node_object};
+use common::{Cluster, Knobs, chosen, decided_by_hami, gpu_pod, gpus, node_object};
 use hami_core::codec::{NodeLock, encode_node_lock};
 use hami_k8s::patch::{MetadataPatch, PodRef, patch_node, patch_pod};
 use hami_server::test_support::{http_request, request};
@@ -629,13 +629,7 @@ async fn a_bind_failing_where_it_cannot_have_bound_its_pod_gives_back_without_re
     // The bind-phase write refused (500): no Binding was sent. The pod's decision is
     // annotated without the mark (as HAMi's /filter leaves it), so /bind writes it; the
     // write after the node lock's fails, every other one passes.
-    let devices = "n1-gpu0,NVIDIA,6000,0:;";
-    let decided = json!({
-        "hami.io/vgpu-node": "n1",
-        "hami.io/vgpu-time": chrono::Utc::now().timestamp().to_string(),
-        "hami.io/vgpu-devices-to-allocate": devices,
-        "hami.io/vgpu-devices-allocated": devices,
-    });
+    let decided = decided_by_hami("n1", "n1-gpu0,NVIDIA,6000,0:;");
     c.create(&gpu_pod("m", &[limits(6000)], decided)).await;
     c.wait_allocated("n1-gpu0", 6000).await;
     let arm = faults.clone();

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Knobs, chosen, gpu_pod, gpus};
+use common::{Cluster, Knobs, chosen, decided_by_hami, gpu_pod, gpus};
 use hami_core::codec::{NodeLock, encode_node_lock};
 use hami_k8s::patch::{MetadataPatch, patch_node};
 use hami_scheduler::run::RunError;
@@ -125,14 +125,7 @@ async fn a_bind_for_a_pod_recreated_meanwhile_leaves_the_successor_alone() {
         ("db-1", "create", "/pods/db-1/binding"),
     ] {
         if pod == "db-0" {
-            let devices = "n1-gpu0,NVIDIA,6000,0:;";
-            let now = chrono::Utc::now().timestamp().to_string();
-            let decided = json!({
-                "hami.io/vgpu-node": "n1",
-                "hami.io/vgpu-time": now,
-                "hami.io/vgpu-devices-to-allocate": devices,
-                "hami.io/vgpu-devices-allocated": devices,
-            });
+            let decided = decided_by_hami("n1", "n1-gpu0,NVIDIA,6000,0:;");
             c.create(&gpu_pod(pod, &[limits(6000)], decided)).await;
             c.wait_allocated("n1-gpu0", 6000).await;
         } else {
@@ -499,13 +492,7 @@ async fn a_bind_whose_mark_failed_while_another_bind_of_the_pod_bound_it_stands(
     install_crypto();
     let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
     // Annotated as HAMi's /filter leaves a pod: without the mark, which /bind writes.
-    let devices = "n1-gpu0,NVIDIA,6000,0:;";
-    let decided = json!({
-        "hami.io/vgpu-node": "n1",
-        "hami.io/vgpu-time": chrono::Utc::now().timestamp().to_string(),
-        "hami.io/vgpu-devices-to-allocate": devices,
-        "hami.io/vgpu-devices-allocated": devices,
-    });
+    let decided = decided_by_hami("n1", "n1-gpu0,NVIDIA,6000,0:;");
     c.create(&gpu_pod("a", &[limits(6000)], decided)).await;
     c.wait_allocated("n1-gpu0", 6000).await;
     let uid = c.pods().get("a").await.unwrap().metadata.uid.unwrap();
