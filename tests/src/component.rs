@@ -108,9 +108,10 @@ impl Running {
     /// wherever it stands, and with it every task its supervisor runs (aborted when the
     /// supervisor is dropped) and the extender's `/filter`–`/bind` thread, whose runtime
     /// is shut down without draining: its connections and in-flight binds are dropped, and
-    /// the killed instance writes nothing more (`docs/extender.md#shutdown`). Then its stop
+    /// no bind of the killed instance goes on (`docs/extender.md#shutdown`). Then its stop
     /// token is cancelled, so what it spawned outside a supervisor (connections of a
-    /// server on this runtime) ends too; those finish the request they are serving.
+    /// server on this runtime) ends too; those finish the request they are serving, as do
+    /// writes it had already spawned (an annotation write, an event).
     pub(crate) async fn kill(mut self) {
         if let Some(task) = self.task.take() {
             task.abort();

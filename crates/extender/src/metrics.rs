@@ -937,6 +937,7 @@ mod tests {
             "lock_release_failed",
             "node_gone",
             "pod_gone",
+            "shutting_down",
             "api",
         ];
         assert_eq!(ErrorReason::ALL.len(), reasons.len());
