@@ -1,6 +1,7 @@
 //! `cargo xtask <task>`: repository tasks that need more than a shell line.
 
 mod bench;
+mod bench_backlog;
 mod bench_cycle;
 mod bench_monitor;
 mod demo;
