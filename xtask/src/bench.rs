@@ -24,6 +24,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
 use crate::bench_backlog::{Backlog, wait_drained};
+use crate::image_env::image_env;
 
 /// One cluster shape and the extender's policies.
 #[derive(Debug, Clone, Copy)]
@@ -160,16 +161,18 @@ pub(crate) fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Starts `binary` with `args` (warnings only on stderr) against the emulator behind
-/// `kubeconfig`; the child (killed when dropped) and its pid.
+/// Starts `binary` with `args` and `env` (warnings only on stderr) against the emulator
+/// behind `kubeconfig`; the child (killed when dropped) and its pid.
 pub(crate) fn spawn(
     binary: &Path,
     args: &[String],
+    env: &[(String, String)],
     kubeconfig: &Path,
 ) -> anyhow::Result<(tokio::process::Child, u32)> {
     let child = tokio::process::Command::new(binary)
         .args(args)
         .arg("--log-level=warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("KUBECONFIG", kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -769,6 +772,8 @@ pub(crate) async fn start(
             format!("--node-scheduler-policy={}", s.policies.0),
             format!("--gpu-scheduler-policy={}", s.policies.1),
         ],
+        // As the image runs it (the allocator's settings among them).
+        &image_env(&crate::workspace_root(), "hami-scheduler")?,
         &kubeconfig,
     )?;
 

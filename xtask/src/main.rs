@@ -5,6 +5,7 @@ mod bench_backlog;
 mod bench_cycle;
 mod bench_monitor;
 mod demo;
+mod image_env;
 
 use std::path::PathBuf;
 use std::process::Command;
