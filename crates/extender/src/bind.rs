@@ -17,7 +17,7 @@ use hami_core::sync::MutexExt;
 use hami_core::vendor::NodeLocks;
 use hami_k8s::binding;
 use hami_k8s::events::{EventType, Subject};
-use hami_k8s::lock::{self, Acquired, LOCKED_BIND_LIMIT, LockError};
+use hami_k8s::lock::{self, Acquired, BindInFlight, LOCKED_BIND_LIMIT, LockError};
 use hami_k8s::patch::{MetadataPatch, PodRef, is_gone, patch_pod};
 use hami_k8s::vendor_lock;
 use hami_server::flags::format_go_duration;
@@ -43,6 +43,44 @@ fn api_failure(e: &kube::Error, message: String) -> Failure {
         ErrorReason::Api
     };
     fail(reason, message)
+}
+
+/// Whether a failed bind's own requests can have bound its pod: [`Extender::give_back`]
+/// reads the pod only then (or when another bind of it overlapped this one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sent {
+    /// No Binding was sent (the failure came before it: the annotation write, a lock,
+    /// the reservation, the bind-phase write, which binds nothing), or the API server
+    /// refused it for a pod that is gone (404, or a failed UID precondition): it made
+    /// none.
+    NoBinding,
+    /// The Binding was sent and may have been made: a timeout, an error after sending
+    /// (5xx), 409 for a pod already assigned, the bind's time limit passed.
+    Binding,
+}
+
+impl Sent {
+    /// What a failed Binding request says about the Binding: a refusal for a gone pod
+    /// proves none was made, anything else may hide one that was.
+    fn by_binding(f: &Failure) -> Sent {
+        if f.reason == ErrorReason::PodGone {
+            Sent::NoBinding
+        } else {
+            Sent::Binding
+        }
+    }
+}
+
+/// What the read of a pod after its failed bind showed ([`Extender::give_back`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AfterAll {
+    /// Bound to the node under the bind's UID: the bind stands.
+    Bound,
+    /// The locks stay: the pod of that name bound there is another one (the lock, which
+    /// names pods by name, may be its own), or the pod could not be read.
+    KeepLocks,
+    /// Not bound to the node: the locks are given back.
+    Unbound,
 }
 
 /// A lock attempt that failed for another reason than the node being locked.
@@ -125,7 +163,7 @@ impl Extender {
             args.node.as_str(),
             args.pod_uid.as_str(),
         );
-        let _in_flight = self.binds.start(ns, name);
+        let in_flight = self.binds.start(ns, name);
         let held = self.lock_state().holding_node(uid).map(str::to_string);
         tracing::trace!(%uid, ?held, "bind start");
         match held.as_deref() {
@@ -144,7 +182,7 @@ impl Extender {
             }
         }
         self.lock_state().set_binding(uid, true, unix_now());
-        let result = self.bind_reserved(ns, name, uid, node).await;
+        let result = self.bind_reserved(ns, name, uid, node, &in_flight).await;
         let mut st = self.lock_state();
         let now = unix_now();
         match &result {
@@ -164,7 +202,9 @@ impl Extender {
         name: &str,
         uid: &str,
         node: &str,
+        in_flight: &BindInFlight,
     ) -> Result<(), Failure> {
+        let pod = (ns, name, uid, node);
         // The locks of the vendors the pod holds devices of (docs/vendors.md#node-locks).
         let locks = {
             let st = self.lock_state();
@@ -186,7 +226,7 @@ impl Extender {
         if let Err(f) = written {
             let release_shared = matches!(&took, Ok(Some(a)) if *a != Acquired::Reentered);
             return self
-                .give_back(f, (ns, name, uid, node), release_shared, &[])
+                .give_back((f, Sent::NoBinding), pod, in_flight, release_shared, &[])
                 .await;
         }
         let took = took?;
@@ -195,7 +235,13 @@ impl Extender {
         for (key, expiry) in &locks.stamps {
             if let Err(f) = self.acquire_stamp_lock(node, key, *expiry).await {
                 return self
-                    .give_back(f, (ns, name, uid, node), release_shared, &stamped)
+                    .give_back(
+                        (f, Sent::NoBinding),
+                        pod,
+                        in_flight,
+                        release_shared,
+                        &stamped,
+                    )
                     .await;
             }
             stamped.push(key.clone());
@@ -208,26 +254,28 @@ impl Extender {
             tokio::time::timeout(LOCKED_BIND_LIMIT, self.bind_locked(ns, name, uid, node))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(fail(
+                    let f = fail(
                         ErrorReason::Api,
                         format!(
                             "pod {ns}/{name}: marking it allocating and binding it to {node} took over {}s; gave up",
                             LOCKED_BIND_LIMIT.as_secs()
                         ),
-                    ))
+                    );
+                    Err((f, Sent::Binding))
                 })
         } else {
-            Err(fail(
+            let f = fail(
                 ErrorReason::ReservationLost,
                 format!(
                     "pod {ns}/{name} no longer holds GPUs on {node} (deleted or filtered again while waiting for the node lock)"
                 ),
-            ))
+            );
+            Err((f, Sent::NoBinding))
         };
         match bound {
             Ok(()) => Ok(()),
-            Err(f) => {
-                self.give_back(f, (ns, name, uid, node), release_shared, &stamped)
+            Err(failed) => {
+                self.give_back(failed, pod, in_flight, release_shared, &stamped)
                     .await
             }
         }
@@ -250,10 +298,18 @@ impl Extender {
     /// A pod bound here under this very UID is bound: the bind is answered as done. When
     /// the pod cannot be read, the locks stay; the lock sweep releases them within
     /// seconds if nobody needs them.
+    ///
+    /// The pod is read only when it can be bound: this bind sent its Binding and the
+    /// failure does not prove none was made ([`Sent`]), or another bind of the pod ran
+    /// during this one ([`BindInFlight::overlapped`]: only such a bind can have bound it
+    /// under this bind's lock). Any other failure (the node lock not taken, the annotation
+    /// write failed, the reservation lost, the bind-phase write failed, the Binding refused
+    /// for a gone pod) gives back at once, without a read.
     async fn give_back(
         &self,
-        failure: Failure,
+        (failure, sent): (Failure, Sent),
         (ns, name, uid, node): (&str, &str, &str, &str),
+        in_flight: &BindInFlight,
         release_shared: bool,
         stamped: &[String],
     ) -> Result<(), Failure> {
@@ -265,22 +321,11 @@ impl Extender {
             tracing::info!(pod = %format!("{ns}/{name}"), %node, error = %failure.message, "bind failed while another bind of the pod is in flight; the node lock is left to it");
             return Err(failure);
         }
-        let pods: Api<Pod> = Api::namespaced(self.api.get(), ns);
-        match pods.get_opt(name).await {
-            Ok(Some(p)) if hami_core::pod::bound_node(&p) == Some(node) => {
-                if p.metadata.uid.as_deref() == Some(uid) {
-                    tracing::info!(pod = %format!("{ns}/{name}"), %node, error = %failure.message, "the pod is bound to the node after all; the bind stands and its lock waits for the device plugin");
-                    return Ok(());
-                }
-                // Its successor under the same name, bound here: the lock (which names
-                // pods by name) may be that pod's own.
-                tracing::info!(pod = %format!("{ns}/{name}"), %node, "the pod of this name bound to the node is another one; its node lock is left alone");
-                return Err(failure);
-            }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(pod = %format!("{ns}/{name}"), %node, error = %e, "cannot read the pod after a failed bind; its node locks stay until the lock sweep judges them");
-                return Err(failure);
+        if sent == Sent::Binding || in_flight.overlapped() {
+            match self.bound_after_all(&failure, (ns, name, uid, node)).await {
+                AfterAll::Bound => return Ok(()),
+                AfterAll::KeepLocks => return Err(failure),
+                AfterAll::Unbound => {}
             }
         }
         self.release_stamp_locks(node, stamped).await;
@@ -290,26 +335,59 @@ impl Extender {
         Err(failure)
     }
 
-    /// Marks the pod and creates the Binding, with the node lock held.
+    /// Reads the pod after a failed bind that may have left it bound to `node`.
+    async fn bound_after_all(
+        &self,
+        failure: &Failure,
+        (ns, name, uid, node): (&str, &str, &str, &str),
+    ) -> AfterAll {
+        let pods: Api<Pod> = Api::namespaced(self.api.get(), ns);
+        match pods.get_opt(name).await {
+            Ok(Some(p)) if hami_core::pod::bound_node(&p) == Some(node) => {
+                if p.metadata.uid.as_deref() == Some(uid) {
+                    tracing::info!(pod = %format!("{ns}/{name}"), %node, error = %failure.message, "the pod is bound to the node after all; the bind stands and its lock waits for the device plugin");
+                    return AfterAll::Bound;
+                }
+                // Its successor under the same name, bound here: the lock (which names
+                // pods by name) may be that pod's own.
+                tracing::info!(pod = %format!("{ns}/{name}"), %node, "the pod of this name bound to the node is another one; its node lock is left alone");
+                AfterAll::KeepLocks
+            }
+            Ok(_) => AfterAll::Unbound,
+            Err(e) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), %node, error = %e, "cannot read the pod after a failed bind; its node locks stay until the lock sweep judges them");
+                AfterAll::KeepLocks
+            }
+        }
+    }
+
+    /// Marks the pod and creates the Binding, with the node lock held; a failure says
+    /// whether the Binding may have been made ([`Sent`]).
     async fn bind_locked(
         &self,
         ns: &str,
         name: &str,
         uid: &str,
         node: &str,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), (Failure, Sent)> {
         // Marked by /filter's annotation write as a rule; annotations written otherwise
         // (by HAMi, an older version) are marked here, as HAMi does.
         if !self.lock_state().bind_marked(uid) {
             let phase = bind_mark::mark(MetadataPatch::new(), unix_now());
             if let Err(e) = patch_pod(&self.api.get(), PodRef::new(ns, name, uid), &phase).await {
-                return Err(api_failure(
+                // Landed or not, the mark binds nothing: an unbound pod carrying it means
+                // nothing to anyone (`docs/extender.md#flow`).
+                let f = api_failure(
                     &e,
                     format!("could not mark pod {ns}/{name} allocating: {e}"),
-                ));
+                );
+                return Err((f, Sent::NoBinding));
             }
         }
-        self.create_binding(ns, name, uid, node).await
+        self.create_binding(ns, name, uid, node).await.map_err(|f| {
+            let sent = Sent::by_binding(&f);
+            (f, sent)
+        })
     }
 
     /// Creates the Binding of the pod with `uid` (the API server's precondition: a pod

@@ -6,11 +6,12 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Knobs, chosen, gpu_pod, gpus, node_object};
+use common::{Cluster, Knobs, chosen, decided_by_hami, gpu_pod, gpus, node_object};
 use hami_core::codec::{NodeLock, encode_node_lock};
 use hami_k8s::patch::{MetadataPatch, PodRef, patch_node, patch_pod};
 use hami_server::test_support::{http_request, request};
-use hami_testkit::Fault;
+use hami_testkit::store::{DeleteOptions, Preconditions};
+use hami_testkit::{Fault, resources};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::json;
@@ -641,4 +642,96 @@ async fn metrics_and_readiness() {
     assert!(m.contains("hami_scheduler_bind_requests_total{result=\"bound\"} 1"));
     assert!(m.contains("hami_scheduler_filter_duration_seconds_count 1"));
     assert!(m.contains("hami_scheduler_leader 1"));
+}
+
+/// How many times the pod `name` was read (GET) since request number `since` of the log.
+fn pod_reads(c: &Cluster, name: &str, since: usize) -> usize {
+    let suffix = format!("/pods/{name}");
+    c.server.faults().requests()[since..]
+        .iter()
+        .filter(|r| r.verb == "get" && r.path.ends_with(&suffix))
+        .count()
+}
+
+/// Binds pod `name` to n1 as kube-scheduler does, with its UID read before; returns the
+/// error and how often the pod was read while the bind ran.
+async fn bind_counting_reads(c: &Cluster, name: &str) -> (String, usize) {
+    let uid = c.pods().get(name).await.unwrap().metadata.uid.unwrap();
+    let since = c.server.faults().requests().len();
+    let b: hami_scheduler::wire::ExtenderBindingResult = c
+        .post(
+            "/bind",
+            json!({"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": "n1"}),
+        )
+        .await;
+    (b.error, pod_reads(c, name, since))
+}
+
+/// A failed bind reads its pod (to find it bound after all) only when it can be bound: its
+/// Binding was sent and may have been made. A failure before the Binding, or a Binding
+/// refused for a gone pod, gives back the node lock and the reservation at once, without
+/// a read (`docs/extender.md#node-lock-takeover`).
+#[tokio::test]
+async fn a_bind_failing_where_it_cannot_have_bound_its_pod_gives_back_without_reading_it() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    let faults = c.server.faults().clone();
+
+    // The control: a Binding answered 500 may have been made; the pod is read.
+    c.create(&gpu_pod("f", &[limits(1000)], json!({}))).await;
+    assert_eq!(chosen(&c.filter("f").await).as_deref(), Some("n1"));
+    c.wait_annotations("f", |a| a.contains_key("hami.io/vgpu-node"))
+        .await;
+    faults.set_error_rate("create", 1.0, Fault::InternalError);
+    let (error, reads) = bind_counting_reads(&c, "f").await;
+    faults.clear();
+    assert!(error.contains("could not bind pod default/f"), "{error}");
+    assert_eq!(reads, 1, "a Binding that may have been made is looked for");
+    assert_eq!(c.node_lock("n1").await, None);
+    reservations_reach(&c, 0).await;
+
+    // The bind-phase write refused (500): no Binding was sent. The pod's decision is
+    // annotated without the mark (as HAMi's /filter leaves it), so /bind writes it; the
+    // write after the node lock's fails, every other one passes.
+    let decided = decided_by_hami("n1", "n1-gpu0,NVIDIA,6000,0:;");
+    c.create(&gpu_pod("m", &[limits(6000)], decided)).await;
+    c.wait_allocated("n1-gpu0", 6000).await;
+    let arm = faults.clone();
+    faults.before_next("patch", "/nodes/n1", move || {
+        arm.set_error_rate("patch", 1.0, Fault::InternalError);
+    });
+    let disarm = faults.clone();
+    faults.before_next("patch", "/pods/m", move || {
+        disarm.set_error_rate("patch", 0.0, Fault::InternalError);
+    });
+    let (error, reads) = bind_counting_reads(&c, "m").await;
+    faults.clear();
+    assert!(
+        error.contains("could not mark pod default/m allocating"),
+        "{error}"
+    );
+    assert_eq!(reads, 0, "a pod no Binding was sent for was read");
+    assert_eq!(c.node_lock("n1").await, None, "lock left behind");
+    reservations_reach(&c, 0).await;
+
+    // The Binding refused with 404: the pod was deleted just before it.
+    c.create(&gpu_pod("g", &[limits(1000)], json!({}))).await;
+    assert_eq!(chosen(&c.filter("g").await).as_deref(), Some("n1"));
+    c.wait_annotations("g", |a| a.contains_key("hami.io/vgpu-node"))
+        .await;
+    let store = c.server.store().clone();
+    faults.before_next("create", "/pods/g/binding", move || {
+        let gone = DeleteOptions {
+            preconditions: Preconditions::default(),
+            grace_period_seconds: Some(0),
+        };
+        store
+            .delete_with(&resources::PODS, Some("default"), "g", &gone)
+            .unwrap();
+    });
+    let (error, reads) = bind_counting_reads(&c, "g").await;
+    assert!(error.contains("could not bind pod default/g"), "{error}");
+    assert_eq!(reads, 0, "a pod the Binding found gone was read");
+    assert_eq!(c.node_lock("n1").await, None, "lock left behind");
+    reservations_reach(&c, 0).await;
 }

@@ -8,7 +8,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use common::{Cluster, Knobs, chosen, gpu_pod, gpus};
+use common::{Cluster, Knobs, chosen, decided_by_hami, gpu_pod, gpus};
 use hami_core::codec::{NodeLock, encode_node_lock};
 use hami_k8s::patch::{MetadataPatch, patch_node};
 use hami_scheduler::run::RunError;
@@ -125,14 +125,7 @@ async fn a_bind_for_a_pod_recreated_meanwhile_leaves_the_successor_alone() {
         ("db-1", "create", "/pods/db-1/binding"),
     ] {
         if pod == "db-0" {
-            let devices = "n1-gpu0,NVIDIA,6000,0:;";
-            let now = chrono::Utc::now().timestamp().to_string();
-            let decided = json!({
-                "hami.io/vgpu-node": "n1",
-                "hami.io/vgpu-time": now,
-                "hami.io/vgpu-devices-to-allocate": devices,
-                "hami.io/vgpu-devices-allocated": devices,
-            });
+            let decided = decided_by_hami("n1", "n1-gpu0,NVIDIA,6000,0:;");
             c.create(&gpu_pod(pod, &[limits(6000)], decided)).await;
             c.wait_allocated("n1-gpu0", 6000).await;
         } else {
@@ -431,4 +424,109 @@ async fn a_bind_failing_for_a_pod_bound_meanwhile_keeps_its_node_lock() {
     });
     assert_eq!(bound.error, "");
     assert!(c.node_lock("n1").await.unwrap().ends_with(",default,b"));
+}
+
+/// The Binding made though its answer was lost: the API server bound the pod and answered
+/// 500, or its answer timed out (504; the client sends the Binding again and is told the
+/// pod is assigned already). The pod is bound under the bind's UID, so the bind is
+/// answered as done, its reservation stays counted and its node lock waits for the device
+/// plugin's Allocate (`docs/extender.md#node-lock-takeover`).
+#[tokio::test]
+async fn a_binding_made_though_its_answer_was_lost_stands_and_keeps_its_node_lock() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    let faults = c.server.faults().clone();
+    for (n, (pod, fault)) in [
+        ("a", Fault::InternalError),
+        ("t", Fault::Timeout(Duration::from_millis(100))),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        c.create(&gpu_pod(pod, &[limits(4000)], json!({}))).await;
+        assert_eq!(chosen(&c.filter(pod).await).as_deref(), Some("n1"));
+        c.wait_annotations(pod, |a| a.contains_key("hami.io/vgpu-devices-allocated"))
+            .await;
+        // The Binding is made (in the store, as the API server does) and its answer is
+        // the fault; only the first Binding fails (a retry is answered by the store).
+        let bind = bind_in_store(&c, pod, "n1");
+        let disarm = faults.clone();
+        faults.before_next("create", &format!("/pods/{pod}/binding"), move || {
+            bind();
+            disarm.set_error_rate("create", 0.0, Fault::InternalError);
+        });
+        faults.set_error_rate("create", 1.0, fault);
+        let b = c.bind(pod, "n1").await;
+        faults.clear();
+        assert_eq!(b.error, "", "{pod} is bound to n1: its bind stands");
+        let p = c.pods().get(pod).await.unwrap();
+        assert_eq!(p.spec.unwrap().node_name.as_deref(), Some("n1"));
+        let lock = c
+            .node_lock("n1")
+            .await
+            .expect("the lock of a bound pod awaiting its Allocate was released");
+        assert!(lock.ends_with(&format!(",default,{pod}")), "{lock}");
+        assert_eq!(
+            c.allocated_mem().await.values().sum::<u64>(),
+            4000 * (n as u64 + 1),
+            "{pod}: the bound pod's GPU is still counted"
+        );
+        let metrics = c.metrics().await;
+        let bound = format!(
+            "hami_scheduler_bind_requests_total{{result=\"bound\"}} {}",
+            n + 1
+        );
+        assert!(metrics.contains(&bound), "{pod}: {metrics}");
+        c.finish_allocation(pod, "n1").await;
+    }
+}
+
+/// The bind-phase write failed (no Binding sent), but another bind of the pod ran while
+/// this one waited and the pod is bound to the node under this bind's UID: the failed
+/// bind reads the pod, is answered as done and keeps its node lock for the device
+/// plugin (`docs/extender.md#node-lock-takeover`). The other bind here is one for another
+/// node, which needs no API call and so runs at a known point; the Binding such a bind
+/// makes is written straight in the store.
+#[tokio::test]
+async fn a_bind_whose_mark_failed_while_another_bind_of_the_pod_bound_it_stands() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 2, 10_000))], Knobs::default()).await;
+    // Annotated as HAMi's /filter leaves a pod: without the mark, which /bind writes.
+    let decided = decided_by_hami("n1", "n1-gpu0,NVIDIA,6000,0:;");
+    c.create(&gpu_pod("a", &[limits(6000)], decided)).await;
+    c.wait_allocated("n1-gpu0", 6000).await;
+    let uid = c.pods().get("a").await.unwrap().metadata.uid.unwrap();
+
+    // Once the node lock is written, every request waits 2 s and the bind-phase write
+    // fails (500); the pod is bound to n1 just before that failure is answered.
+    let faults = c.server.faults().clone();
+    let (locked_tx, locked) = tokio::sync::oneshot::channel();
+    let arm = faults.clone();
+    faults.before_next("patch", "/nodes/n1", move || {
+        arm.set_latency(Duration::from_secs(2));
+        arm.set_error_rate("patch", 1.0, Fault::InternalError);
+        let _ = locked_tx.send(());
+    });
+    let bind = bind_in_store(&c, "a", "n1");
+    let disarm = faults.clone();
+    faults.before_next("patch", "/pods/a", move || {
+        bind();
+        disarm.set_latency(Duration::ZERO);
+        disarm.set_error_rate("patch", 0.0, Fault::InternalError);
+    });
+    let body = |node: &str| json!({"PodName": "a", "PodNamespace": "default", "PodUID": uid, "Node": node});
+    let first = c.post::<hami_scheduler::wire::ExtenderBindingResult>("/bind", body("n1"));
+    let (first, ()) = tokio::join!(first, async {
+        locked.await.unwrap();
+        let other: hami_scheduler::wire::ExtenderBindingResult = c.post("/bind", body("n2")).await;
+        assert!(other.error.contains("not on n2"), "{}", other.error);
+    });
+    faults.clear();
+    assert_eq!(first.error, "", "a is bound to n1: its bind stands");
+    let lock = c
+        .node_lock("n1")
+        .await
+        .expect("the lock of a bound pod awaiting its Allocate was released");
+    assert!(lock.ends_with(",default,a"), "{lock}");
+    assert_eq!(c.allocated_mem().await["n1-gpu0"], 6000);
 }

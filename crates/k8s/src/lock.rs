@@ -118,8 +118,8 @@ pub struct LocalBinds {
 /// A pod's key: namespace and name.
 type PodKey = (String, String);
 
-/// The binds in flight by pod, and the readers of owner pods waiting to learn whether a
-/// bind of that pod started or ended while they read it.
+/// The binds in flight by pod, and the readers of owner pods (and the binds in flight)
+/// waiting to learn whether a bind of that pod started or ended meanwhile.
 #[derive(Debug, Default)]
 struct InFlight {
     binds: HashMap<PodKey, usize>,
@@ -127,10 +127,21 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// A bind of `key` started or ended: every read of that pod in progress is stale.
+    /// A bind of `key` started or ended: every read of that pod in progress is stale,
+    /// and every other bind of it in flight overlapped this one.
     fn touch(&self, key: &PodKey) {
         for w in self.watches.get(key).into_iter().flatten() {
             w.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Stops telling `touched` about binds of `key`.
+    fn unwatch(&mut self, key: &PodKey, touched: &Arc<AtomicBool>) {
+        if let Some(ws) = self.watches.get_mut(key) {
+            ws.retain(|w| !Arc::ptr_eq(w, touched));
+            if ws.is_empty() {
+                self.watches.remove(key);
+            }
         }
     }
 }
@@ -151,13 +162,10 @@ impl OwnerRead<'_> {
 
 impl Drop for OwnerRead<'_> {
     fn drop(&mut self) {
-        let mut st = self.binds.in_flight.lock_unpoisoned();
-        if let Some(ws) = st.watches.get_mut(&self.key) {
-            ws.retain(|w| !Arc::ptr_eq(w, &self.touched));
-            if ws.is_empty() {
-                st.watches.remove(&self.key);
-            }
-        }
+        self.binds
+            .in_flight
+            .lock_unpoisoned()
+            .unwatch(&self.key, &self.touched);
     }
 }
 
@@ -202,12 +210,20 @@ impl LocalBinds {
     pub fn start(self: &Arc<Self>, namespace: &str, name: &str) -> BindInFlight {
         let key = (namespace.to_string(), name.to_string());
         let mut st = self.in_flight.lock_unpoisoned();
-        *st.binds.entry(key.clone()).or_default() += 1;
+        let binds = st.binds.entry(key.clone()).or_default();
+        *binds += 1;
+        // Another bind of the pod in flight now overlaps this one from its start.
+        let overlapped = Arc::new(AtomicBool::new(*binds > 1));
         st.touch(&key);
+        st.watches
+            .entry(key.clone())
+            .or_default()
+            .push(overlapped.clone());
         drop(st);
         BindInFlight {
             binds: self.clone(),
             key,
+            overlapped,
         }
     }
 
@@ -278,11 +294,25 @@ impl LocalBinds {
 pub struct BindInFlight {
     binds: Arc<LocalBinds>,
     key: (String, String),
+    /// Set while another bind of the same pod is or was in flight with this one.
+    overlapped: Arc<AtomicBool>,
+}
+
+impl BindInFlight {
+    /// Whether another bind of the same pod (namespace and name) ran here at any time
+    /// during this one: in flight when it started, or started or ended since. Only such a
+    /// bind can have bound the pod under this one's node lock (the second re-enters the
+    /// first's lock), so a failed bind that sent no Binding itself and was never
+    /// overlapped has no bound pod to look for (`docs/extender.md#node-lock-takeover`).
+    pub fn overlapped(&self) -> bool {
+        self.overlapped.load(Ordering::SeqCst)
+    }
 }
 
 impl Drop for BindInFlight {
     fn drop(&mut self) {
         let mut st = self.binds.in_flight.lock_unpoisoned();
+        st.unwatch(&self.key, &self.overlapped);
         if let Some(n) = st.binds.get_mut(&self.key) {
             *n -= 1;
             if *n == 0 {

@@ -695,3 +695,27 @@ fn a_second_bind_of_the_same_pod_is_seen_by_the_first() {
     drop((first, other_pod));
     assert!(!binds.is_binding("default", "a"));
 }
+
+#[test]
+fn a_bind_learns_whether_another_bind_of_its_pod_overlapped_it() {
+    let binds = LocalBinds::sole();
+    let alone = binds.start("default", "a");
+    let other_pod = binds.start("default", "b");
+    drop(other_pod);
+    assert!(!alone.overlapped(), "a bind of another pod is no overlap");
+    drop(alone);
+
+    // Started and ended while the first ran (kube-scheduler's retry that bound the pod).
+    let first = binds.start("default", "a");
+    drop(binds.start("default", "a"));
+    assert!(first.overlapped());
+    assert!(!binds.others_binding("default", "a"));
+    // In flight when the second started: the second overlapped from its start.
+    let second = binds.start("default", "a");
+    assert!(second.overlapped());
+    drop((first, second));
+
+    // Each bind's own start and end are no overlap of a later one.
+    let later = binds.start("default", "a");
+    assert!(!later.overlapped());
+}

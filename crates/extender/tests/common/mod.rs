@@ -150,6 +150,18 @@ pub fn node_object(name: &str, devices: &[DeviceInfo], allocatable: bool) -> Nod
     .unwrap()
 }
 
+/// The annotations HAMi's /filter leaves on a pod placed on `node` with `devices`
+/// (`hami.io/vgpu-devices-allocated` syntax), decided now: without the bind mark, which
+/// /bind then writes.
+pub fn decided_by_hami(node: &str, devices: &str) -> Value {
+    serde_json::json!({
+        "hami.io/vgpu-node": node,
+        "hami.io/vgpu-time": chrono::Utc::now().timestamp().to_string(),
+        "hami.io/vgpu-devices-to-allocate": devices,
+        "hami.io/vgpu-devices-allocated": devices,
+    })
+}
+
 /// A pod asking each container for `limits` (one container per entry).
 pub fn gpu_pod(name: &str, containers: &[Value], annotations: Value) -> Pod {
     let containers: Vec<Value> = containers
