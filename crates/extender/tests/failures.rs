@@ -642,6 +642,7 @@ async fn metrics_and_readiness() {
     assert!(m.contains("hami_scheduler_bind_requests_total{result=\"bound\"} 1"));
     assert!(m.contains("hami_scheduler_filter_duration_seconds_count 1"));
     assert!(m.contains("hami_scheduler_leader 1"));
+    assert!(m.contains("hami_scheduler_events_dropped_total 0"), "{m}");
 }
 
 /// How many times the pod `name` was read (GET) since request number `since` of the log.
