@@ -23,6 +23,9 @@ use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 
+use crate::bench_backlog::{Backlog, wait_drained};
+use crate::image_env::image_env;
+
 /// One cluster shape and the extender's policies.
 #[derive(Debug, Clone, Copy)]
 pub struct Scenario {
@@ -128,6 +131,10 @@ impl Scenario {
 /// How long after the filters `rss_settled_mib` is read.
 const SETTLE: Duration = Duration::from_secs(3);
 
+/// How long after `SETTLE` the bench waits for the background writes to land before it
+/// reports them as never drained.
+const DRAIN_LIMIT: Duration = Duration::from_secs(60);
+
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct BenchArgs {
@@ -154,16 +161,18 @@ pub(crate) fn write_kubeconfig(path: &Path, url: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
-/// Starts `binary` with `args` (warnings only on stderr) against the emulator behind
-/// `kubeconfig`; the child (killed when dropped) and its pid.
+/// Starts `binary` with `args` and `env` (warnings only on stderr) against the emulator
+/// behind `kubeconfig`; the child (killed when dropped) and its pid.
 pub(crate) fn spawn(
     binary: &Path,
     args: &[String],
+    env: &[(String, String)],
     kubeconfig: &Path,
 ) -> anyhow::Result<(tokio::process::Child, u32)> {
     let child = tokio::process::Command::new(binary)
         .args(args)
         .arg("--log-level=warn")
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .env("KUBECONFIG", kubeconfig)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -763,6 +772,8 @@ pub(crate) async fn start(
             format!("--node-scheduler-policy={}", s.policies.0),
             format!("--gpu-scheduler-policy={}", s.policies.1),
         ],
+        // As the image runs it (the allocator's settings among them).
+        &image_env(&crate::workspace_root(), "hami-scheduler")?,
         &kubeconfig,
     )?;
 
@@ -834,6 +845,7 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
         .collect();
     let warmup = args.warmup;
     let healthz = on_own_thread(move || time_gets(http, "/healthz", HEALTHZ_CALLS)).await?;
+    let events_before = Backlog::now(run.server.store(), &[], pid).events;
     let cpu_before = [cpu_secs(pid)?, cpu_secs(std::process::id())?];
     let (latencies, scraped) = if s.scraped {
         let counts = (warmup, args.requests);
@@ -852,11 +864,21 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
     // `-scraped`, the scrapes' CPU too.
     let per_call = |i: usize| (cpu_after[i] - cpu_before[i]) / calls as f64 * 1e6;
     let [rss, hwm, rss_anon] = status_mib(pid, ["VmRSS:", "VmHWM:", "RssAnon:"])?;
+    let filters_done = Instant::now();
+    // What the background still owed at that moment, and the memory once it owes nothing.
+    let store = run.server.store();
+    let backlog = Backlog::now(store, pending, pid);
+    let events_due = events_before + calls;
+    let drained = wait_drained(store, pending, pid, events_due, SETTLE).await?;
     // The allocator gives freed memory back to the system only after a delay (mimalloc:
     // 1 s) and on its next call: the same process a moment later, idle but for its
     // watches and housekeeping (`docs/extender.md#memory`).
-    tokio::time::sleep(SETTLE).await;
+    tokio::time::sleep(SETTLE.saturating_sub(filters_done.elapsed())).await;
     let [rss_settled] = status_mib(pid, ["VmRSS:"])?;
+    let drained = match drained {
+        Some(d) => Some(d),
+        None => wait_drained(store, pending, pid, events_due, DRAIN_LIMIT).await?,
+    };
     let server_mean_us = scrape_mean_us(admin, "hami_scheduler_filter_duration_seconds").await;
     // Untimed, after the memory figures: the page served gzipped is the plain page.
     let checked_page = if s.scraped {
@@ -921,6 +943,15 @@ pub async fn run_scenario(s: &Scenario, args: &BenchArgs) -> anyhow::Result<Valu
             "rss_mib": (rss * 10.0).round() / 10.0,
             "rss_anon_mib": (rss_anon * 10.0).round() / 10.0,
             "rss_settled_mib": (rss_settled * 10.0).round() / 10.0,
+            "backlog_unwritten": backlog.unwritten,
+            "backlog_events": events_due.saturating_sub(backlog.events),
+            "extender_fds": backlog.fds,
+            "extender_sockets": backlog.sockets,
+            "drain_ms": drained.map(|d| d.took.as_millis() as u64),
+            "rss_drained_mib": drained.map(|d| (d.rss * 10.0).round() / 10.0),
+            "rss_anon_drained_mib": drained.map(|d| (d.anon * 10.0).round() / 10.0),
+            "events_dropped": drained.map(|d| d.events_missing),
+            "extender_sockets_drained": drained.map(|d| d.sockets),
             "rss_peak_mib": (hwm * 10.0).round() / 10.0,
             "rss_after_sync_mib": (rss_synced * 10.0).round() / 10.0,
             "rss_anon_after_sync_mib": (rss_anon_synced * 10.0).round() / 10.0,

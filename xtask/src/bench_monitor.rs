@@ -144,6 +144,7 @@ pub async fn run(args: &MonitorBenchArgs) -> anyhow::Result<Value> {
             "--scan-interval=1s".into(),
             "--feedback-interval=1s".into(),
         ],
+        &[],
         &kubeconfig,
     )?;
 

@@ -1,9 +1,11 @@
 //! `cargo xtask <task>`: repository tasks that need more than a shell line.
 
 mod bench;
+mod bench_backlog;
 mod bench_cycle;
 mod bench_monitor;
 mod demo;
+mod image_env;
 
 use std::path::PathBuf;
 use std::process::Command;

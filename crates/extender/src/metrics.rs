@@ -17,12 +17,13 @@ use prometheus_client::encoding::{
     DescriptorEncoder, EncodeLabelSet, EncodeLabelValue, EncodeMetric, LabelValueEncoder,
 };
 use prometheus_client::metrics::MetricType;
-use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use hami_k8s::events::Recorder;
 use hami_k8s::quotas::QuotaCache;
 
 use crate::scrape_blocks::{ScrapeBlocks, Tail};
@@ -834,6 +835,27 @@ fn encode_quotas(
         )?;
     }
     Ok(())
+}
+
+/// Registers `hami_scheduler_events_dropped_total`: Kubernetes events the recorder
+/// dropped because its queue was full (the API server fell behind a burst of
+/// decisions; `docs/extender.md#memory`). Read from the recorder at scrape time.
+pub fn register_event_drops(registry: &mut Registry, events: Recorder) {
+    registry.register_collector(Box::new(EventDrops(events)));
+}
+
+#[derive(Debug)]
+struct EventDrops(Recorder);
+
+impl Collector for EventDrops {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        ConstCounter::new(self.0.dropped()).encode(encoder.encode_descriptor(
+            "hami_scheduler_events_dropped",
+            "Kubernetes events dropped because the event queue was full (the API server was slower than the decisions)",
+            None,
+            MetricType::Counter,
+        )?)
+    }
 }
 
 impl Collector for UsageCollector {

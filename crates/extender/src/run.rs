@@ -177,6 +177,14 @@ async fn serve_connected(
     let quotas = QuotaCache::new(&registry);
     let mut prom = Registry::default();
     let metrics = Metrics::register(&mut prom, state.clone(), quotas.clone(), svc.legacy_metrics);
+    let instance = svc
+        .leader_lease
+        .as_ref()
+        .map(|lease| lease.identity.clone())
+        .filter(|id| !id.is_empty())
+        .unwrap_or_else(|| svc.settings.scheduler_name.clone());
+    let events = Recorder::new(client.clone(), &svc.settings.scheduler_name, &instance);
+    crate::metrics::register_event_drops(&mut prom, events.clone());
     let readiness = Readiness::not_ready("node, pod and resourcequota caches have not synced yet");
     let admin = AdminState {
         readiness: readiness.clone(),
@@ -185,13 +193,6 @@ async fn serve_connected(
     if let TlsConfig::Files { cert, key } = &svc.tls {
         hami_server::tls::load_pair(cert, key, &hami_server::tls::provider())?;
     }
-    let instance = svc
-        .leader_lease
-        .as_ref()
-        .map(|lease| lease.identity.clone())
-        .filter(|id| !id.is_empty())
-        .unwrap_or_else(|| svc.settings.scheduler_name.clone());
-    let events = Recorder::new(client.clone(), &svc.settings.scheduler_name, &instance);
     let (changes, _) = watch::channel(0u64);
     let sync = SyncTracker::new(state.clone(), quotas.clone(), readiness.clone());
     let mut sup = Supervisor::new(readiness, shutdown.clone(), svc.restart);

@@ -58,6 +58,8 @@ pub struct Extender {
     pub(crate) settings: Settings,
     /// Annotation writes in flight, by pod UID.
     pub(crate) writes: Arc<Mutex<HashMap<String, watch::Receiver<WriteState>>>>,
+    /// Turns of the annotation writes to the API server (`filter::WRITES_IN_FLIGHT`).
+    pub(crate) write_slots: Arc<tokio::sync::Semaphore>,
     /// Bumped on every node event, so lock waiters wake when a lock is released.
     pub(crate) node_changes: watch::Sender<u64>,
     /// Per node: binds waiting for its lock queue here.
@@ -122,6 +124,7 @@ impl Extender {
             metrics,
             settings,
             writes: Arc::default(),
+            write_slots: Arc::new(tokio::sync::Semaphore::new(crate::filter::WRITES_IN_FLIGHT)),
             node_changes,
             queues: Mutex::default(),
             binds,

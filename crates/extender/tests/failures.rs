@@ -289,6 +289,70 @@ async fn a_failed_annotation_write_fails_the_bind_and_frees_the_gpus() {
     assert_eq!(c.node_lock("n1").await, None);
 }
 
+/// Annotation writes the extender sends at once (`WRITES_IN_FLIGHT` in `filter.rs`).
+const WRITES_IN_FLIGHT: usize = 16;
+
+/// Pods of `names` the emulator's store shows annotated with their node.
+fn annotated(c: &Cluster, names: &[String]) -> usize {
+    let store = c.server.store();
+    names
+        .iter()
+        .filter(|n| {
+            store
+                .get(&hami_testkit::resources::PODS, Some("default"), n)
+                .is_ok_and(|p| !p["metadata"]["labels"]["hami.io/vgpu-node"].is_null())
+        })
+        .count()
+}
+
+/// Polls (bounded) until `annotated` reaches `want`.
+async fn wait_annotated(c: &Cluster, names: &[String], want: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while annotated(c, names) < want {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {want} pods annotated",
+            annotated(c, names)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_burst_of_annotation_writes_to_a_slow_api_server_waits_its_turn_and_all_land() {
+    install_crypto();
+    let c = Cluster::start(&[("n1", gpus("n1", 4, 10_000))], Knobs::default()).await;
+    let burst = WRITES_IN_FLIGHT + 8;
+    let mut bodies = vec![];
+    let mut names = vec![];
+    for i in 0..burst {
+        let pod = c
+            .create(&gpu_pod(&format!("w{i:02}"), &[limits(100)], json!({})))
+            .await;
+        names.push(pod.metadata.name.clone().unwrap());
+        bodies.push(json!({"Pod": pod, "Nodes": null, "NodeNames": ["n1"]}));
+    }
+    // Every write now takes 2 s at the API server; /filter itself asks it nothing.
+    let latency = Duration::from_secs(2);
+    c.server.faults().set_latency(latency);
+    for body in bodies {
+        let r: hami_scheduler::wire::ExtenderFilterResult = c.post("/filter", body).await;
+        assert_eq!(chosen(&r).as_deref(), Some("n1"), "{r:?}");
+    }
+    // The first writes land together; the others were sent only as slots came free, a
+    // whole latency later: a quarter of it after the first landed, none of them has.
+    wait_annotated(&c, &names, 1).await;
+    tokio::time::sleep(latency / 4).await;
+    let first = annotated(&c, &names);
+    assert!(
+        first <= WRITES_IN_FLIGHT,
+        "{first} writes of {burst} landed at once; at most {WRITES_IN_FLIGHT} may be in flight"
+    );
+    // None is dropped: every pod is annotated in the end.
+    wait_annotated(&c, &names, burst).await;
+    c.server.faults().clear();
+}
+
 #[tokio::test]
 async fn garbage_bodies_and_hostile_objects_never_panic() {
     install_crypto();
@@ -578,6 +642,7 @@ async fn metrics_and_readiness() {
     assert!(m.contains("hami_scheduler_bind_requests_total{result=\"bound\"} 1"));
     assert!(m.contains("hami_scheduler_filter_duration_seconds_count 1"));
     assert!(m.contains("hami_scheduler_leader 1"));
+    assert!(m.contains("hami_scheduler_events_dropped_total 0"), "{m}");
 }
 
 /// How many times the pod `name` was read (GET) since request number `since` of the log.

@@ -15,7 +15,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 
 /// Events waiting to be written before new ones are dropped.
-const QUEUE: usize = 1024;
+pub const QUEUE: usize = 1024;
 
 /// `Normal` or `Warning`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

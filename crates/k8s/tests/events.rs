@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hami_k8s::events::{EventType, Recorder, Subject};
+use hami_k8s::events::{EventType, QUEUE, Recorder, Subject};
 use hami_testkit::ApiServer;
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
@@ -49,4 +49,22 @@ async fn events_wait_for_the_writer_and_outlive_its_restart() {
     stop.cancel();
     second.await.unwrap().unwrap();
     assert_eq!(recorder.dropped(), 0);
+}
+
+/// A full queue drops the newest events and counts them (the extender exports the
+/// count as `hami_scheduler_events_dropped_total`); recording never waits.
+#[tokio::test]
+async fn a_full_queue_counts_what_it_drops() {
+    let server = ApiServer::start().await.unwrap();
+    let client = Client::try_from(Config::new(server.url().parse().unwrap())).unwrap();
+    let recorder = Recorder::new(client, "hami-scheduler", "test");
+    for i in 0..QUEUE + 3 {
+        recorder.record(
+            Subject::pod("default", &format!("p{i}"), None),
+            EventType::Normal,
+            "Burst",
+            "no writer runs yet",
+        );
+    }
+    assert_eq!(recorder.dropped(), 3);
 }
