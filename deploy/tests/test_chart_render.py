@@ -131,6 +131,13 @@ def test_without_leader_election_neither_container_elects(rendered: dict[str, Re
     assert scheduler_config(out)["leaderElection"]["leaderElect"] is False
     args = args_map(container(out.get("Deployment", name("scheduler")), "extender")["args"])
     assert not any(a.startswith("--leader-elect") for a in args)
+    # No surge either: an old and a new extender without a Lease would each take the
+    # other's node locks for abandoned.
+    assert out.get("Deployment", name("scheduler"))["spec"]["strategy"] == {"type": "Recreate"}
+
+
+def test_with_leader_election_the_scheduler_rolls(default: Rendered) -> None:
+    assert "strategy" not in default.get("Deployment", name("scheduler"))["spec"]
 
 
 def test_spread_policy_reaches_the_extender(rendered: dict[str, Rendered]) -> None:
