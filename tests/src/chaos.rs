@@ -181,6 +181,8 @@ pub struct ChaosSummary {
     pub pending: usize,
     /// Failed at the end (kubelet refused them, e.g. a device plugin was gone).
     pub failed: usize,
+    /// The Failed pods by `status.reason`, with one `status.message` of each reason.
+    pub failed_reasons: BTreeMap<String, (usize, String)>,
     /// Deleted, by the stage the pod was in.
     pub deleted: BTreeMap<&'static str, usize>,
     /// Deleted between filter and bind and re-created at once under the same name.
@@ -224,6 +226,9 @@ impl ChaosSummary {
             "  end: {} bound ({} running), {} pending, {} failed",
             self.bound, self.running, self.pending, self.failed
         );
+        for (reason, (n, message)) in &self.failed_reasons {
+            let _ = writeln!(out, "    failed {n} × {reason}, e.g. {message:?}");
+        }
         let _ = writeln!(
             out,
             "  deleted: {:?}; re-created under the same name: {}",
@@ -1027,7 +1032,15 @@ impl Run<'_> {
             let bound = !str_at(p, "/spec/nodeName").is_empty();
             match str_at(p, "/status/phase") {
                 "Running" => self.summary.running += 1,
-                "Failed" => self.summary.failed += 1,
+                "Failed" => {
+                    self.summary.failed += 1;
+                    let entry = self
+                        .summary
+                        .failed_reasons
+                        .entry(str_at(p, "/status/reason").to_string())
+                        .or_insert_with(|| (0, str_at(p, "/status/message").to_string()));
+                    entry.0 += 1;
+                }
                 _ if !bound => self.summary.pending += 1,
                 _ => {}
             }
@@ -1221,6 +1234,29 @@ mod tests {
             Some(("0b5e-41d2-9a6c".to_string(), "main".to_string()))
         );
         assert_eq!(plugin_choice(["/usr/local/vgpu/libvgpu.so"]), None);
+    }
+
+    #[test]
+    fn the_summary_says_why_pods_failed() {
+        let mut summary = ChaosSummary {
+            failed: 3,
+            ..ChaosSummary::default()
+        };
+        summary.failed_reasons.insert(
+            "UnexpectedAdmissionError".into(),
+            (
+                3,
+                "Allocate failed due to no healthy devices present".into(),
+            ),
+        );
+        let text = summary.render_text();
+        assert!(text.contains("0 pending, 3 failed\n"), "{text}");
+        assert!(
+            text.contains(
+                "    failed 3 × UnexpectedAdmissionError, e.g. \"Allocate failed due to no healthy devices present\""
+            ),
+            "{text}"
+        );
     }
 
     #[test]
