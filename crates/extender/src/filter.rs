@@ -344,21 +344,20 @@ impl Extender {
             let _slot = slots.acquire_owned().await;
             // Boxed: a write waiting for its slot keeps the small state above, not the
             // request's.
-            let outcome = Box::pin(annotate(&client, &pod_id, node, annotations)).await;
-            if let Err(e) = &outcome {
-                let reason = if is_gone(e) {
-                    tracing::info!(pod = %pod_id.key(), error = %e, "the pod placed is gone (deleted, or re-created under its name); reservation dropped");
-                    ErrorReason::PodGone
-                } else {
-                    tracing::warn!(pod = %pod_id.key(), error = %e, "could not annotate the pod with its placement; reservation dropped");
-                    ErrorReason::AnnotateFailed
-                };
-                metrics.error(Operation::Filter, reason);
-                state.lock_unpoisoned().abandon(&pod_id.uid, unix_now());
-            }
-            let outcome = match outcome {
+            let outcome = match Box::pin(annotate(&client, &pod_id, node, annotations)).await {
                 Ok(()) => WriteState::Written,
-                Err(e) => WriteState::Failed(e.to_string()),
+                Err(e) => {
+                    let reason = if is_gone(&e) {
+                        tracing::info!(pod = %pod_id.key(), error = %e, "the pod placed is gone (deleted, or re-created under its name); reservation dropped");
+                        ErrorReason::PodGone
+                    } else {
+                        tracing::warn!(pod = %pod_id.key(), error = %e, "could not annotate the pod with its placement; reservation dropped");
+                        ErrorReason::AnnotateFailed
+                    };
+                    metrics.error(Operation::Filter, reason);
+                    state.lock_unpoisoned().abandon(&pod_id.uid, unix_now());
+                    WriteState::Failed(e.to_string())
+                }
             };
             let written = outcome == WriteState::Written;
             let _ = tx.send(outcome);
